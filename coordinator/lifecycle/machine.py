@@ -1,0 +1,326 @@
+"""The compression job lifecycle: the one definition of the state machine.
+
+``EDGES`` below is the whole machine. It is turned into a ``transitions`` machine (``MACHINE``) that
+validates every requested move, and the store builds each guarded ``UPDATE`` from the same edge
+(its source status, its row guards, the columns it must record); the diagrams in ``diagrams/`` are
+drawn from ``MACHINE`` too. The machine never holds a job's state: the database row does. A request
+is checked against the definition, then applied by a compare-and-set on the row.
+
+The edges and why each exists:
+
+============  =========  =========  ================  ===========================================
+trigger       from       to         fired by          why
+============  =========  =========  ================  ===========================================
+submitted     Pending    Running    coordinator       the task graph is registered with Spider; the
+                                                      Spider job id is recorded with the move (and
+                                                      only onto a row without one)
+rejected      Pending    Failed     coordinator       the job can never run (bad config blob,
+                                                      missing objects, invalid dataset, Spider
+                                                      refused the graph); the message says why
+cancelled     Pending    Killed     coordinator,      nothing was submitted yet, so no Spider job
+                                    operator          needs cancelling; safe for an operator too
+                                                      (a coordinator that registered meanwhile
+                                                      loses its ``submitted`` race and cancels)
+committed     Running    Committed  commit task       the commit task publishes the archives in the
+                                                      same transaction (the durable decision)
+failed        Running    Failed     coordinator       Spider failed (or forgot) the job before any
+                                                      commit took effect
+killed        Running    Killed     coordinator       Spider cancelled the job before any commit
+finalised     Committed  Succeeded  coordinator       Spider reports Succeeded: the commit stands
+rolled_back   Committed  Failed,    coordinator       Spider ended Failed/Cancelled although the
+                         Killed                       commit took effect (a lost success report, a
+                                                      hard timeout after the commit): the published
+                                                      archives are removed in the same transaction
+============  =========  =========  ================  ===========================================
+
+Deliberately absent:
+
+* Running -> Succeeded. CLP's own commit task (``clp-tdl-package``) writes SUCCEEDED directly with a
+  compare-and-set on RUNNING. No actor of this coordinator does that; if a deployment still runs the
+  upstream commit task, the coordinator observes the terminal row and leaves it alone.
+* Running -> Killed by another component. CLP's legacy Celery scheduler kills every RUNNING job on
+  its start-up (hazard H2). That write is not ours either; the compare-and-set of every edge here
+  sees the foreign terminal status and reports a lost race instead of overwriting it.
+* Any edge out of Succeeded, Failed or Killed: terminal states are final.
+* Self-loops: every edge changes ``status``, so "rows matched" and "rows changed" always agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from transitions.extensions import GraphMachine
+from transitions.extensions.states import Tags, add_state_features
+
+from coordinator.lifecycle.status import JobStatus
+
+
+class Actor(StrEnum):
+    """Who fires a trigger. Recorded in the transition history."""
+
+    COORDINATOR = "coordinator"
+    COMMIT_TASK = "commit_task"
+    OPERATOR = "operator"
+
+
+class RowGuard(StrEnum):
+    """A condition the guarded ``UPDATE`` adds to ``id = ? AND status = ?``."""
+
+    SPIDER_ID_UNSET = "spider_id IS NULL"
+    """The row has never been submitted: a Spider job id is never overwritten."""
+
+    SPIDER_ID_MATCHES = "spider_id = :spider_id"
+    """The request speaks for the Spider job the row records, not an earlier or orphaned one."""
+
+
+class Record(StrEnum):
+    """Columns an edge must write in the same statement as its status change."""
+
+    SUBMISSION = "submission"
+    """``spider_id``, ``num_tasks``, ``start_time``."""
+
+    SIZES = "sizes"
+    """``uncompressed_size``, ``compressed_size``."""
+
+    DURATION = "duration"
+    """``duration`` in seconds since ``start_time`` (CLP's meaning: how long the job ran)."""
+
+    STATUS_MSG = "status_msg"
+    """The request's reason, fitted into the 512-character column."""
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One legal move of a job, who may make it, and what it must record."""
+
+    trigger: str
+    source: JobStatus
+    dest: JobStatus
+    actors: frozenset[Actor]
+    guards: tuple[RowGuard, ...]
+    records: frozenset[Record]
+    why: str
+
+    @property
+    def label(self) -> str:
+        """The edge's diagram label: the trigger and who fires it."""
+        return f"{self.trigger} ({', '.join(sorted(actor.value for actor in self.actors))})"
+
+
+def _edge(
+    trigger: str,
+    source: JobStatus,
+    dest: JobStatus,
+    actors: Iterable[Actor],
+    *,
+    why: str,
+    guards: tuple[RowGuard, ...] = (),
+    records: Iterable[Record] = (),
+) -> Edge:
+    return Edge(trigger, source, dest, frozenset(actors), guards, frozenset(records), why)
+
+
+_COORDINATOR = (Actor.COORDINATOR,)
+_AFTER_SUBMISSION = (RowGuard.SPIDER_ID_MATCHES,)
+_ENDS_BADLY = (Record.STATUS_MSG,)
+
+EDGES: tuple[Edge, ...] = (
+    _edge(
+        "submitted",
+        JobStatus.PENDING,
+        JobStatus.RUNNING,
+        _COORDINATOR,
+        guards=(RowGuard.SPIDER_ID_UNSET,),
+        records=(Record.SUBMISSION,),
+        why="The task graph is registered with Spider; its job id is recorded with the move.",
+    ),
+    _edge(
+        "rejected",
+        JobStatus.PENDING,
+        JobStatus.FAILED,
+        _COORDINATOR,
+        guards=(RowGuard.SPIDER_ID_UNSET,),
+        records=_ENDS_BADLY,
+        why="The job can never run; the message tells the operator what to fix.",
+    ),
+    _edge(
+        "cancelled",
+        JobStatus.PENDING,
+        JobStatus.KILLED,
+        (Actor.COORDINATOR, Actor.OPERATOR),
+        guards=(RowGuard.SPIDER_ID_UNSET,),
+        records=_ENDS_BADLY,
+        why="Nothing was submitted yet, so nothing runs in Spider for this job.",
+    ),
+    _edge(
+        "committed",
+        JobStatus.RUNNING,
+        JobStatus.COMMITTED,
+        (Actor.COMMIT_TASK,),
+        guards=_AFTER_SUBMISSION,
+        records=(Record.SIZES, Record.DURATION),
+        why="The commit task publishes the archives in the same transaction.",
+    ),
+    _edge(
+        "failed",
+        JobStatus.RUNNING,
+        JobStatus.FAILED,
+        _COORDINATOR,
+        guards=_AFTER_SUBMISSION,
+        records=(*_ENDS_BADLY, Record.DURATION),
+        why="Spider failed (or no longer knows) the job before any commit took effect.",
+    ),
+    _edge(
+        "killed",
+        JobStatus.RUNNING,
+        JobStatus.KILLED,
+        _COORDINATOR,
+        guards=_AFTER_SUBMISSION,
+        records=(*_ENDS_BADLY, Record.DURATION),
+        why="Spider cancelled the job before any commit took effect.",
+    ),
+    _edge(
+        "finalised",
+        JobStatus.COMMITTED,
+        JobStatus.SUCCEEDED,
+        _COORDINATOR,
+        guards=_AFTER_SUBMISSION,
+        why="Spider reports Succeeded, so the published commit stands.",
+    ),
+    _edge(
+        "rolled_back",
+        JobStatus.COMMITTED,
+        JobStatus.FAILED,
+        _COORDINATOR,
+        guards=_AFTER_SUBMISSION,
+        records=_ENDS_BADLY,
+        why="Spider failed the job after the commit took effect; its archives are withdrawn.",
+    ),
+    _edge(
+        "rolled_back",
+        JobStatus.COMMITTED,
+        JobStatus.KILLED,
+        _COORDINATOR,
+        guards=_AFTER_SUBMISSION,
+        records=_ENDS_BADLY,
+        why="Spider cancelled the job after the commit took effect; its archives are withdrawn.",
+    ),
+)
+
+_EDGE_BY_MOVE: dict[tuple[str, JobStatus, JobStatus], Edge] = {
+    (edge.trigger, edge.source, edge.dest): edge for edge in EDGES
+}
+
+TERMINAL_TAG = "terminal"
+
+GraphEngine = Literal["mermaid", "graphviz"]
+
+_LIFECYCLE_ORDER = (
+    JobStatus.PENDING,
+    JobStatus.RUNNING,
+    JobStatus.COMMITTED,
+    JobStatus.SUCCEEDED,
+    JobStatus.FAILED,
+    JobStatus.KILLED,
+)
+
+
+@add_state_features(Tags)
+class LifecycleMachine(GraphMachine):
+    """``GraphMachine`` with tagged states (terminal states carry ``TERMINAL_TAG``)."""
+
+
+def build_machine(
+    model: object | None = None, *, graph_engine: GraphEngine = "mermaid"
+) -> LifecycleMachine:
+    """A ``transitions`` machine for ``EDGES``.
+
+    ``GraphMachine`` is used (rather than the plain ``Machine``) because only it carries edge
+    labels, which the diagrams need; validation uses it without a model. With ``model``, the
+    machine can draw (``model.get_graph()``) using ``graph_engine`` ("mermaid" or "graphviz").
+    """
+    states = [
+        {"name": status.label, "final": status.is_terminal, "tags": _tags(status)}
+        for status in _LIFECYCLE_ORDER
+    ]
+    transitions = [
+        {
+            "trigger": edge.trigger,
+            "source": edge.source.label,
+            "dest": edge.dest.label,
+            "label": edge.label,
+        }
+        for edge in EDGES
+    ]
+    return LifecycleMachine(
+        model=model,
+        states=states,
+        transitions=transitions,
+        initial=JobStatus.PENDING.label,
+        auto_transitions=False,
+        graph_engine=graph_engine,
+        title="Compression job lifecycle",
+        show_state_attributes=True,
+    )
+
+
+def _tags(status: JobStatus) -> list[str]:
+    return [TERMINAL_TAG] if status.is_terminal else []
+
+
+MACHINE = build_machine()
+"""The validating machine. Model-less: it answers "is this move legal", never "where is job N"."""
+
+
+class IllegalTransition(ValueError):
+    """A requested move that the lifecycle does not allow; raised before any SQL runs."""
+
+    def __init__(self, message: str, *, trigger: str, source: JobStatus, dest: JobStatus) -> None:
+        super().__init__(message)
+        self.trigger = trigger
+        self.source = source
+        self.dest = dest
+
+
+def plan_transition(trigger: str, source: JobStatus, dest: JobStatus, actor: Actor) -> Edge:
+    """The edge for moving a job from ``source`` to ``dest`` by ``trigger``, fired by ``actor``.
+
+    Fails with ``IllegalTransition`` when ``MACHINE`` has no such move (which includes every move
+    out of a terminal state) or when ``actor`` may not fire it.
+    """
+    if not MACHINE.get_transitions(trigger=trigger, source=source.label, dest=dest.label):
+        raise IllegalTransition(
+            _explain_missing_move(trigger, source, dest), trigger=trigger, source=source, dest=dest
+        )
+    edge = _EDGE_BY_MOVE[(trigger, source, dest)]
+    if actor not in edge.actors:
+        allowed = ", ".join(sorted(a.value for a in edge.actors))
+        raise IllegalTransition(
+            f"'{trigger}' ({source.label} -> {dest.label}) may be fired by {allowed}, "
+            f"not by {actor.value}",
+            trigger=trigger,
+            source=source,
+            dest=dest,
+        )
+    return edge
+
+
+def edges_from(source: JobStatus) -> tuple[Edge, ...]:
+    """Every edge leaving ``source`` (none for a terminal status)."""
+    return tuple(edge for edge in EDGES if edge.source == source)
+
+
+def _explain_missing_move(trigger: str, source: JobStatus, dest: JobStatus) -> str:
+    if source.is_terminal:
+        return (
+            f"a {source.label} job is final: nothing moves it "
+            f"(requested '{trigger}' to {dest.label})"
+        )
+    legal = ", ".join(f"'{e.trigger}' to {e.dest.label}" for e in edges_from(source))
+    return (
+        f"'{trigger}' cannot move a job from {source.label} to {dest.label}; "
+        f"from {source.label} the lifecycle allows {legal}"
+    )
