@@ -1,0 +1,1 @@
+"""Where the coordinator keeps its data and finds its database."""

@@ -1,0 +1,1 @@
+"""The database: schema, migrations and the guarded transitions of compression jobs."""

@@ -1,0 +1,65 @@
+"""Engines for the two footings: SQLite (embedded default) and MariaDB/MySQL (production)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import ConnectionPoolEntry
+
+SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+
+
+def create_database_engine(url: str, *, pool_size: int = 10) -> Engine:
+    """An engine for ``url`` set up so that guarded transitions behave alike on both backends.
+
+    * SQLite: every transaction starts with ``BEGIN IMMEDIATE`` (a read in it cannot be overtaken by
+      another writer, the stand-in for ``SELECT … FOR UPDATE``), WAL journal, foreign keys on, and a
+      busy timeout instead of an immediate "database is locked".
+    * MySQL/MariaDB: ``READ COMMITTED`` (as log-ingestor uses; fewer gap locks for ``SKIP LOCKED``
+      claims), ``utf8mb4``, and a liveness check before a pooled connection is reused. The
+      ``mysql+pymysql`` dialect reports matched rows (``CLIENT.FOUND_ROWS``), which the row-count
+      checks rely on.
+
+    Fails with SQLAlchemy's ``ArgumentError`` for a URL it cannot parse; no connection is made here.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(
+            parsed,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+        )
+        _begin_immediately(engine)
+        return engine
+    if parsed.get_backend_name() in ("mysql", "mariadb") and "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return create_engine(
+        parsed,
+        pool_size=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=3600,
+        isolation_level="READ COMMITTED",
+    )
+
+
+def _begin_immediately(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _: ConnectionPoolEntry) -> None:
+        # Take transaction control away from the sqlite3 module so "begin" below is the only BEGIN.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def is_mysql(engine: Engine) -> bool:
+    """Whether ``engine`` speaks to MySQL or MariaDB."""
+    return engine.dialect.name in ("mysql", "mariadb")

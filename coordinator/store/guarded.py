@@ -1,0 +1,244 @@
+"""Guarded transitions: the only code that writes ``compression_jobs.status``.
+
+A transition is one compare-and-set inside the caller's database transaction::
+
+    UPDATE compression_jobs SET status = :dest, update_time = :now, <what the edge records>
+     WHERE id = :id AND status = :source <AND the edge's row guards> [AND lease_epoch = :fence]
+
+followed by a check of the matched row count and, when it matched, the history row. The edge
+comes from ``coordinator.lifecycle`` (``plan_transition``), so an illegal move is refused before any
+SQL runs. Zero matched rows is a normal outcome: the job moved on (or another writer, such as CLP's
+legacy scheduler, got there first) and the caller receives a ``LostRace`` saying what the row holds
+now, or ``NotFound``. Nothing is overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import cast
+
+from sqlalchemy import ColumnElement, Connection, Table, and_, func, insert, select, update
+
+from coordinator.lifecycle import (
+    Actor,
+    Edge,
+    JobStatus,
+    Record,
+    RowGuard,
+    describe_status,
+    plan_transition,
+)
+from coordinator.store.clock import Clock, utc_now
+from coordinator.store.messages import fit_status_msg
+from coordinator.store.schema import CompressionJob, JobTransition
+
+INT32_MAX = 2**31 - 1
+"""``num_tasks`` is CLP's ``INT`` column."""
+
+_jobs = cast(Table, CompressionJob.__table__)
+_history = cast(Table, JobTransition.__table__)
+
+
+class InvalidTransitionRequest(ValueError):
+    """A request that lacks what its edge must record, or carries impossible values.
+
+    Raised before any SQL runs; it is a bug in the caller, not a race.
+    """
+
+
+@dataclass(frozen=True)
+class TransitionRequest:
+    """A request to move job ``job_id`` from ``source`` to ``target`` by ``trigger``.
+
+    ``source`` is the status the caller last saw: the CAS fails if the row holds another.
+    ``reason`` goes to the history and, for edges into Failed or Killed, to ``status_msg``.
+    ``fence`` is the ``lease_epoch`` the caller holds: when given, the write only applies while the
+    row still carries it (a coordinator whose job was taken over cannot write).
+    """
+
+    job_id: int
+    trigger: str
+    source: JobStatus
+    target: JobStatus
+    actor: Actor
+    reason: str = ""
+    actor_id: str = ""
+    spider_id: int | None = None
+    num_tasks: int | None = None
+    uncompressed_size: int | None = None
+    compressed_size: int | None = None
+    fence: int | None = None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The move happened; the history row ``history_id`` records it."""
+
+    job_id: int
+    edge: Edge
+    at: datetime
+    history_id: int
+
+
+@dataclass(frozen=True)
+class LostRace:
+    """The row no longer matched the request: it holds ``actual_status`` (and the rest) now."""
+
+    job_id: int
+    expected: JobStatus
+    actual_status: int
+    spider_id: int | None
+    lease_epoch: int
+
+    def describe(self) -> str:
+        """One sentence for logs: what was expected and what the row holds."""
+        return (
+            f"job {self.job_id} was expected {self.expected.label} but is "
+            f"{describe_status(self.actual_status)} (spider_id={self.spider_id}, "
+            f"lease_epoch={self.lease_epoch})"
+        )
+
+
+@dataclass(frozen=True)
+class NotFound:
+    """No job has this id."""
+
+    job_id: int
+
+
+TransitionResult = Applied | LostRace | NotFound
+
+
+def apply_transition(
+    connection: Connection,
+    request: TransitionRequest,
+    *,
+    clock: Clock = utc_now,
+    fit_message: Callable[[str], str] = fit_status_msg,
+) -> TransitionResult:
+    """Apply ``request`` inside the transaction already open on ``connection``.
+
+    The caller commits (and runs any statements that must be atomic with the move, after an
+    ``Applied``). Raises ``IllegalTransition`` or ``InvalidTransitionRequest`` before any SQL, and
+    the driver's errors as they come (the caller's transaction is then to be rolled back).
+    """
+    edge = plan_transition(request.trigger, request.source, request.target, request.actor)
+    _check_request(edge, request)
+    now = clock()
+    values = _recorded_values(connection, edge, request, now, fit_message)
+    if values is None:
+        return NotFound(request.job_id)
+    matched = connection.execute(
+        update(_jobs).where(*_guards(edge, request)).values(status=int(edge.dest), **values)
+    ).rowcount
+    if matched != 1:
+        return _explain_no_match(connection, request)
+    history_id = connection.execute(
+        insert(_history).values(
+            job_id=request.job_id,
+            from_status=int(edge.source),
+            to_status=int(edge.dest),
+            trigger=edge.trigger,
+            actor=request.actor.value,
+            actor_id=request.actor_id,
+            reason=request.reason,
+            spider_id=request.spider_id,
+            lease_epoch=_lease_epoch(connection, request),
+            at=now,
+        )
+    ).inserted_primary_key
+    assert history_id is not None
+    return Applied(request.job_id, edge, now, int(history_id[0]))
+
+
+def _check_request(edge: Edge, request: TransitionRequest) -> None:
+    def require(condition: bool, what: str) -> None:
+        if not condition:
+            raise InvalidTransitionRequest(f"'{edge.trigger}' of job {request.job_id} {what}")
+
+    if RowGuard.SPIDER_ID_MATCHES in edge.guards or Record.SUBMISSION in edge.records:
+        require(request.spider_id is not None, "needs the Spider job id")
+    if request.spider_id is not None:
+        require(0 <= request.spider_id < 2**64, "needs a Spider job id within 64 unsigned bits")
+    if Record.SUBMISSION in edge.records:
+        num_tasks = request.num_tasks
+        require(
+            num_tasks is not None and 1 <= num_tasks <= INT32_MAX,
+            f"needs a task count from 1 to {INT32_MAX}",
+        )
+    if Record.SIZES in edge.records:
+        for size in (request.uncompressed_size, request.compressed_size):
+            require(size is not None and size >= 0, "needs non-negative archive sizes")
+
+
+def _recorded_values(
+    connection: Connection,
+    edge: Edge,
+    request: TransitionRequest,
+    now: datetime,
+    fit_message: Callable[[str], str],
+) -> dict[str, object] | None:
+    """The columns the edge writes besides ``status``; ``None`` when the job does not exist."""
+    values: dict[str, object] = {"update_time": now}
+    if Record.SUBMISSION in edge.records:
+        values.update(
+            spider_id=request.spider_id,
+            num_tasks=request.num_tasks,
+            start_time=now,
+            # A restart may find the claim's dispatch_time unwritten; keep CLP's invariant that a
+            # RUNNING row has one (#2462).
+            dispatch_time=func.coalesce(_jobs.c.dispatch_time, now),
+        )
+    if Record.SIZES in edge.records:
+        values.update(
+            uncompressed_size=request.uncompressed_size, compressed_size=request.compressed_size
+        )
+    if Record.STATUS_MSG in edge.records:
+        values["status_msg"] = fit_message(request.reason)
+    if Record.DURATION in edge.records:
+        # start_time is written once, by 'submitted', so reading it ahead of the compare-and-set is
+        # safe; computing here keeps the arithmetic identical on SQLite and MariaDB.
+        row = connection.execute(
+            select(_jobs.c.start_time).where(_jobs.c.id == request.job_id)
+        ).one_or_none()
+        if row is None:
+            return None
+        start_time = row.start_time
+        values["duration"] = (now - start_time).total_seconds() if start_time else None
+    return values
+
+
+def _guards(edge: Edge, request: TransitionRequest) -> list[ColumnElement[bool]]:
+    guards: list[ColumnElement[bool]] = [
+        _jobs.c.id == request.job_id,
+        _jobs.c.status == int(edge.source),
+    ]
+    for guard in edge.guards:
+        if guard is RowGuard.SPIDER_ID_UNSET:
+            guards.append(_jobs.c.spider_id.is_(None))
+        elif guard is RowGuard.SPIDER_ID_MATCHES:
+            guards.append(_jobs.c.spider_id == request.spider_id)
+    if request.fence is not None:
+        guards.append(_jobs.c.lease_epoch == request.fence)
+    return [and_(*guards)]
+
+
+def _explain_no_match(connection: Connection, request: TransitionRequest) -> LostRace | NotFound:
+    row = connection.execute(
+        select(_jobs.c.status, _jobs.c.spider_id, _jobs.c.lease_epoch).where(
+            _jobs.c.id == request.job_id
+        )
+    ).one_or_none()
+    if row is None:
+        return NotFound(request.job_id)
+    return LostRace(request.job_id, request.source, row.status, row.spider_id, row.lease_epoch)
+
+
+def _lease_epoch(connection: Connection, request: TransitionRequest) -> int:
+    if request.fence is not None:
+        return request.fence
+    # The UPDATE above holds the row lock, so this is the epoch the move was made under.
+    query = select(_jobs.c.lease_epoch).where(_jobs.c.id == request.job_id)
+    return int(connection.execute(query).scalar_one())

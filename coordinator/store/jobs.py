@@ -1,0 +1,98 @@
+"""``JobStore``: the coordinator's access to compression jobs and their history."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import cached_property
+
+from sqlalchemy import Connection, Engine, insert, select, text
+from sqlalchemy.orm import Session
+
+from coordinator.store import names
+from coordinator.store.clock import Clock, utc_now
+from coordinator.store.database import is_mysql
+from coordinator.store.guarded import (
+    Applied,
+    TransitionRequest,
+    TransitionResult,
+    apply_transition,
+)
+from coordinator.store.messages import fit_status_msg
+from coordinator.store.schema import CompressionJob, JobTransition
+
+Effects = Callable[[Connection, Applied], None]
+"""Statements that must commit with a move, or not at all (publish or withdraw archives...)."""
+
+
+class JobStore:
+    """Guarded transitions and reads over one database."""
+
+    def __init__(self, engine: Engine, *, clock: Clock = utc_now) -> None:
+        self.engine = engine
+        self.clock = clock
+
+    def transition(
+        self, request: TransitionRequest, *, effects: Effects | None = None
+    ) -> TransitionResult:
+        """Apply ``request`` in its own transaction, with ``effects`` if (and only if) it applied.
+
+        If ``effects`` raises, nothing of the move is kept (the transaction rolls back) and the
+        exception propagates. Raises ``IllegalTransition``/``InvalidTransitionRequest`` before any
+        SQL, and SQLAlchemy's ``DBAPIError`` family when the database fails.
+        """
+        with self.engine.begin() as connection:
+            result = self.apply(connection, request)
+            if isinstance(result, Applied) and effects is not None:
+                effects(connection, result)
+            return result
+
+    def apply(self, connection: Connection, request: TransitionRequest) -> TransitionResult:
+        """Apply ``request`` inside the caller's transaction (see ``apply_transition``)."""
+        return apply_transition(
+            connection, request, clock=self.clock, fit_message=self.fit_status_msg
+        )
+
+    def fit_status_msg(self, text_: str) -> str:
+        """``text_`` fitted to this database's ``status_msg`` column (length and charset)."""
+        return fit_status_msg(text_, charset=self._status_msg_charset)
+
+    @cached_property
+    def _status_msg_charset(self) -> str:
+        # An adopted CLP table may use the server's default charset rather than utf8mb4.
+        if not is_mysql(self.engine):
+            return "utf8mb4"
+        with self.engine.connect() as connection:
+            charset = connection.execute(
+                text(
+                    "SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :table "
+                    "AND COLUMN_NAME = 'status_msg'"
+                ),
+                {"table": names.COMPRESSION_JOBS},
+            ).scalar_one_or_none()
+        return str(charset or "utf8mb4")
+
+    def create_job(self, clp_config: bytes) -> int:
+        """Insert a PENDING job the way CLP's log-ingestor does (only ``clp_config``); its id."""
+        with self.engine.begin() as connection:
+            key = connection.execute(
+                insert(CompressionJob).values(clp_config=clp_config)
+            ).inserted_primary_key
+        assert key is not None
+        return int(key[0])
+
+    def get(self, job_id: int) -> CompressionJob | None:
+        """A detached snapshot of the job's row, or ``None``."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            job = session.get(CompressionJob, job_id)
+            if job is not None:
+                session.expunge(job)
+            return job
+
+    def history(self, job_id: int) -> Sequence[JobTransition]:
+        """The job's applied moves, oldest first."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            query = select(JobTransition).where(JobTransition.job_id == job_id)
+            rows = session.scalars(query.order_by(JobTransition.id)).all()
+            session.expunge_all()
+            return rows

@@ -1,0 +1,45 @@
+"""Alembic environment: runs the coordinator's migrations online.
+
+The connection is, in order: one handed over by ``coordinator.store.migrate`` (tests, the CLI), or
+an engine for ``$COORDINATOR_DATABASE_URL``, or the embedded SQLite database of the data directory.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Connection
+
+from coordinator.config.locations import resolve_database_url
+from coordinator.store.database import create_database_engine
+from coordinator.store.migrate import migration_connection
+from coordinator.store.schema import Base
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        transaction_per_migration=True,
+        render_as_batch=connection.dialect.name == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    handed_over = context.config.attributes.get("connection")
+    if handed_over is not None:
+        _run(handed_over)
+        return
+    engine = create_database_engine(resolve_database_url())
+    try:
+        with migration_connection(engine) as connection:
+            _run(connection)
+            connection.commit()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (--sql) migrations are unsupported: the upgrade inspects the schema")
+run_migrations_online()
