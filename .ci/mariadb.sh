@@ -6,12 +6,17 @@ mariadb_available() {
   command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]
 }
 
-mariadb_install_if_missing() {
-  mariadb_available && return 0
+# mariadb-server for the MariaDB half of the suite, graphviz for the SVG diagram: installed with
+# apt-get when missing and running as root; otherwise left to the caller.
+install_system_packages() {
+  local missing=()
+  mariadb_available || missing+=(mariadb-server)
+  command -v dot >/dev/null 2>&1 || missing+=(graphviz)
+  [ "${#missing[@]}" -gt 0 ] || return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "Installing mariadb-server with apt-get..."
+    echo "Installing ${missing[*]} with apt-get..."
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
 }
 
@@ -51,7 +56,7 @@ CNF
     "CREATE USER 'coordinator'@'127.0.0.1' IDENTIFIED BY 'coordinator';
      GRANT ALL ON *.* TO 'coordinator'@'127.0.0.1';"
   export COORDINATOR_TEST_MARIADB_URL="mysql+pymysql://coordinator:coordinator@127.0.0.1:$port/"
-  echo "Private MariaDB $(mariadb --version | awk '{print $5}') on 127.0.0.1:$port ($MARIADB_RUN_DIR)"
+  echo "Private MariaDB on 127.0.0.1:$port ($MARIADB_RUN_DIR): $(mariadb --version)"
 }
 
 mariadb_stop() {

@@ -124,8 +124,7 @@ def apply_transition(
     ``Applied``). Raises ``IllegalTransition`` or ``InvalidTransitionRequest`` before any SQL, and
     the driver's errors as they come (the caller's transaction is then to be rolled back).
     """
-    edge = plan_transition(request.trigger, request.source, request.target, request.actor)
-    _check_request(edge, request)
+    edge = validate_request(request)
     now = clock()
     values = _recorded_values(connection, edge, request, now, fit_message)
     if values is None:
@@ -151,6 +150,17 @@ def apply_transition(
     ).inserted_primary_key
     assert history_id is not None
     return Applied(request.job_id, edge, now, int(history_id[0]))
+
+
+def validate_request(request: TransitionRequest) -> Edge:
+    """The edge ``request`` asks for, once it is known to be legal and complete.
+
+    Pure: no SQL. Raises ``IllegalTransition`` (the lifecycle forbids the move, or this actor may
+    not make it) or ``InvalidTransitionRequest`` (the edge must record a value the request lacks).
+    """
+    edge = plan_transition(request.trigger, request.source, request.target, request.actor)
+    _check_request(edge, request)
+    return edge
 
 
 def _check_request(edge: Edge, request: TransitionRequest) -> None:

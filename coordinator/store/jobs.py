@@ -16,6 +16,7 @@ from coordinator.store.guarded import (
     TransitionRequest,
     TransitionResult,
     apply_transition,
+    validate_request,
 )
 from coordinator.store.messages import fit_status_msg
 from coordinator.store.schema import CompressionJob, JobTransition
@@ -40,6 +41,7 @@ class JobStore:
         exception propagates. Raises ``IllegalTransition``/``InvalidTransitionRequest`` before any
         SQL, and SQLAlchemy's ``DBAPIError`` family when the database fails.
         """
+        validate_request(request)  # before BEGIN: a refused request must not take any lock
         with self.engine.begin() as connection:
             result = self.apply(connection, request)
             if isinstance(result, Applied) and effects is not None:

@@ -174,16 +174,18 @@ CLP_TABLES: tuple[tuple[str, Callable[[], None]], ...] = (
 def upgrade() -> None:
     bind = op.get_bind()
     existing = set(sa.inspect(bind).get_table_names())
-    if ADOPTED not in existing:
+    # With the registry present this revision ran before (its revision mark was lost): every CLP
+    # table then either was adopted or was created by it, so nothing new is adopted now.
+    first_run = ADOPTED not in existing
+    if first_run:
         op.create_table(
             ADOPTED, sa.Column("table_name", sa.String(255), primary_key=True), **TABLE_OPTIONS
         )
     adopted_table = sa.table(ADOPTED, sa.column("table_name", sa.String))
-    already_adopted = set(bind.execute(sa.select(adopted_table.c.table_name)).scalars())
     for name, create in CLP_TABLES:
         if name not in existing:
             create()
-        elif name not in already_adopted:
+        elif first_run:
             op.bulk_insert(adopted_table, [{"table_name": name}])
     _upgrade_legacy_compression_jobs(bind)
 

@@ -1,0 +1,78 @@
+"""Fixtures: every database test runs on SQLite and on a real MariaDB.
+
+The MariaDB server is the private one ``bash .ci/test`` starts; its URL (without a database) comes
+in ``$COORDINATOR_TEST_MARIADB_URL``. Each test gets a database of its own, dropped afterwards.
+Without a server the MariaDB half is skipped, unless ``$COORDINATOR_TEST_REQUIRE_MARIADB=1`` (CI),
+which fails it instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from coordinator.store import migrate
+from coordinator.store.database import create_database_engine
+from coordinator.store.jobs import JobStore
+
+MARIADB_URL_ENV = "COORDINATOR_TEST_MARIADB_URL"
+REQUIRE_MARIADB_ENV = "COORDINATOR_TEST_REQUIRE_MARIADB"
+
+
+def mariadb_server_url() -> str:
+    """The test server's URL; skips (or fails, in CI) the test when there is none."""
+    url = os.environ.get(MARIADB_URL_ENV)
+    if url:
+        return url.rstrip("/") + "/"
+    if os.environ.get(REQUIRE_MARIADB_ENV) == "1":
+        pytest.fail(f"MariaDB is required but ${MARIADB_URL_ENV} is not set")
+    pytest.skip(f"no MariaDB server: run `bash .ci/test` (or set ${MARIADB_URL_ENV})")
+
+
+@pytest.fixture
+def mariadb_url() -> Iterator[str]:
+    """A fresh, empty MariaDB database (server default charset, like a CLP deployment's)."""
+    server = mariadb_server_url()
+    name = f"coordinator_test_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(server)
+    try:
+        with admin.begin() as connection:
+            connection.execute(text(f"CREATE DATABASE `{name}`"))
+        yield f"{server}{name}"
+        with admin.begin() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "mariadb"])
+def database_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
+    """An empty database on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/coordinator.db"
+    return str(request.getfixturevalue("mariadb_url"))
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on the empty database, as the coordinator configures it."""
+    engine = create_database_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def migrated_engine(engine: Engine) -> Engine:
+    """The engine, with the schema at head."""
+    migrate.upgrade(engine)
+    return engine
+
+
+@pytest.fixture
+def store(migrated_engine: Engine) -> JobStore:
+    """A job store over the migrated database."""
+    return JobStore(migrated_engine)

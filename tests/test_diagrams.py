@@ -1,0 +1,69 @@
+"""The committed diagrams are generated from the machine, and the check catches stale ones."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli.main import main
+from coordinator.config.locations import PROJECT_ROOT
+from coordinator.lifecycle import EDGES, JobStatus, diagrams
+
+COMMITTED = PROJECT_ROOT / "diagrams"
+
+
+def test_the_committed_diagrams_are_current() -> None:
+    assert diagrams.check(COMMITTED) == []
+    assert main(["diagrams", "--check"]) == 0
+
+
+def test_the_diagrams_show_every_state_trigger_and_actor() -> None:
+    rendered = diagrams.render()
+    for text in (rendered.mermaid, rendered.dot):
+        for status in JobStatus:
+            assert status.label in text
+        for edge in EDGES:
+            assert edge.label in text
+    for terminal in ("Succeeded", "Failed", "Killed"):
+        assert f"{terminal} --> [*]" in rendered.mermaid
+
+
+@pytest.fixture
+def copy_of_diagrams(tmp_path: Path) -> Path:
+    target = tmp_path / "diagrams"
+    shutil.copytree(COMMITTED, target)
+    return target
+
+
+def test_an_edited_mermaid_file_is_reported(copy_of_diagrams: Path) -> None:
+    mermaid = copy_of_diagrams / "job_lifecycle.mmd"
+    mermaid.write_text(mermaid.read_text().replace("finalised", "finished"))
+    assert diagrams.check(copy_of_diagrams) == [f"{mermaid} differs from the machine definition"]
+    assert main(["diagrams", "--check", "--output", str(copy_of_diagrams)]) == 1
+
+
+def test_a_missing_file_is_reported(copy_of_diagrams: Path) -> None:
+    (copy_of_diagrams / "job_lifecycle.dot").unlink()
+    assert diagrams.check(copy_of_diagrams) == [
+        f"{copy_of_diagrams / 'job_lifecycle.dot'} is missing"
+    ]
+
+
+def test_an_svg_drawn_from_another_machine_is_reported(copy_of_diagrams: Path) -> None:
+    svg = copy_of_diagrams / "job_lifecycle.svg"
+    if not svg.exists():
+        pytest.skip("no SVG committed")
+    svg.write_text(svg.read_text().replace("dot-source-sha256: ", "dot-source-sha256: 00"))
+    assert diagrams.check(copy_of_diagrams) == [
+        f"{svg} was drawn from another version of the machine"
+    ]
+
+
+def test_writing_regenerates_what_the_check_expects(tmp_path: Path) -> None:
+    assert main(["diagrams", "--output", str(tmp_path)]) == 0
+    assert diagrams.check(tmp_path) == []
+    assert (tmp_path / "job_lifecycle.mmd").read_text() == (
+        COMMITTED / "job_lifecycle.mmd"
+    ).read_text()

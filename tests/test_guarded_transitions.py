@@ -1,0 +1,336 @@
+"""Guarded transitions on SQLite and MariaDB: moves, refusals, lost races, atomic effects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+import pytest
+from freezegun import freeze_time
+from sqlalchemy import Connection, Engine, event, insert, select, text, update
+
+from coordinator.lifecycle import (
+    EDGES,
+    Actor,
+    Edge,
+    IllegalTransition,
+    JobStatus,
+    Record,
+    edges_from,
+)
+from coordinator.store.guarded import (
+    Applied,
+    InvalidTransitionRequest,
+    LostRace,
+    NotFound,
+)
+from coordinator.store.jobs import JobStore
+from coordinator.store.schema import CompressionJob, Dataset
+from tests.paths import SPIDER_ID, new_job_in, request
+
+START = datetime(2026, 11, 30, 12, 0, 0, 123000)
+
+
+@contextmanager
+def statements_counted(engine: Engine) -> Iterator[list[str]]:
+    statements: list[str] = []
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+
+
+def _edge_id(edge: Edge) -> str:
+    return f"{edge.trigger}-{edge.dest.label}"
+
+
+@pytest.mark.parametrize("edge", EDGES, ids=_edge_id)
+def test_every_legal_transition_applies_and_records(store: JobStore, edge: Edge) -> None:
+    with freeze_time(START) as clock:
+        job_id = new_job_in(store, edge.source)
+        before = store.get(job_id)
+        assert before is not None
+        clock.tick(timedelta(seconds=90))
+        actor = sorted(edge.actors)[0]
+        result = store.transition(
+            request(job_id, edge.trigger, edge.source, edge.dest, actor, actor_id="instance-1")
+        )
+        now = START + timedelta(seconds=90)
+
+    assert isinstance(result, Applied)
+    assert result.edge is edge
+    job = store.get(job_id)
+    assert job is not None
+    assert job.status == edge.dest
+    assert job.update_time == now.replace(microsecond=0) or job.update_time == now
+    if Record.SUBMISSION in edge.records:
+        assert (job.spider_id, job.num_tasks, job.start_time) == (SPIDER_ID, 3, now)
+        assert job.dispatch_time is not None
+    else:
+        assert (job.spider_id, job.num_tasks, job.start_time) == (
+            before.spider_id,
+            before.num_tasks,
+            before.start_time,
+        )
+    if Record.SIZES in edge.records:
+        assert (job.uncompressed_size, job.compressed_size) == (1000, 100)
+    if Record.DURATION in edge.records:
+        assert job.duration == pytest.approx(90.0)
+    expected_msg = f"test: {edge.trigger}" if Record.STATUS_MSG in edge.records else ""
+    assert job.status_msg == expected_msg
+
+    last = store.history(job_id)[-1]
+    assert last.id == result.history_id
+    assert (last.from_status, last.to_status, last.trigger) == (
+        edge.source,
+        edge.dest,
+        edge.trigger,
+    )
+    assert (last.actor, last.actor_id, last.reason) == (
+        actor.value,
+        "instance-1",
+        expected_msg or f"test: {edge.trigger}",
+    )
+    assert (last.spider_id, last.lease_epoch, last.at) == (SPIDER_ID, 0, now)
+
+
+def _illegal_requests() -> list[tuple[JobStatus, str, JobStatus, Actor]]:
+    triggers = sorted({edge.trigger for edge in EDGES})
+    legal = {(e.trigger, e.source, e.dest, a) for e in EDGES for a in e.actors}
+    return [
+        (source, trigger, dest, actor)
+        for source in JobStatus
+        for trigger in triggers
+        for dest in JobStatus
+        for actor in Actor
+        if (trigger, source, dest, actor) not in legal
+    ]
+
+
+@pytest.mark.parametrize("status", list(JobStatus), ids=lambda s: s.label)
+def test_every_illegal_transition_is_refused_before_any_sql(
+    store: JobStore, migrated_engine: Engine, status: JobStatus
+) -> None:
+    job_id = new_job_in(store, status)
+    before = store.get(job_id)
+    history_before = len(store.history(job_id))
+    cases = [case for case in _illegal_requests() if case[0] == status]
+    assert cases
+    with statements_counted(migrated_engine) as statements:
+        for source, trigger, dest, actor in cases:
+            with pytest.raises(IllegalTransition):
+                store.transition(request(job_id, trigger, source, dest, actor))
+    assert statements == []
+    after = store.get(job_id)
+    assert after is not None and before is not None
+    assert (after.status, after.update_time, after.status_msg) == (
+        before.status,
+        before.update_time,
+        before.status_msg,
+    )
+    assert len(store.history(job_id)) == history_before
+
+
+def test_a_stale_source_loses_the_race_and_changes_nothing(store: JobStore) -> None:
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    history = len(store.history(job_id))
+    result = store.transition(
+        request(job_id, "submitted", JobStatus.PENDING, JobStatus.RUNNING, Actor.COORDINATOR)
+    )
+    assert result == LostRace(job_id, JobStatus.PENDING, JobStatus.RUNNING, SPIDER_ID, 0)
+    assert "expected Pending but is Running" in result.describe()
+    assert len(store.history(job_id)) == history
+
+
+def test_a_foreign_terminal_write_is_never_overwritten(
+    store: JobStore, migrated_engine: Engine
+) -> None:
+    """CLP's legacy scheduler kills every RUNNING job on start-up (hazard H2)."""
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    with migrated_engine.begin() as connection:
+        connection.execute(
+            text("UPDATE compression_jobs SET status = 4, duration = 0 WHERE status = 1")
+        )
+    result = store.transition(
+        request(job_id, "failed", JobStatus.RUNNING, JobStatus.FAILED, Actor.COORDINATOR)
+    )
+    assert isinstance(result, LostRace)
+    assert result.actual_status == JobStatus.KILLED
+    job = store.get(job_id)
+    assert job is not None
+    assert (job.status, job.status_msg) == (JobStatus.KILLED, "")
+
+
+def test_the_spider_id_guards(store: JobStore, migrated_engine: Engine) -> None:
+    running = new_job_in(store, JobStatus.RUNNING)
+    other_spider_job = store.transition(
+        request(
+            running, "failed", JobStatus.RUNNING, JobStatus.FAILED, Actor.COORDINATOR, spider_id=7
+        )
+    )
+    assert isinstance(other_spider_job, LostRace)
+    assert other_spider_job.actual_status == JobStatus.RUNNING
+
+    pending = new_job_in(store, JobStatus.PENDING)
+    with migrated_engine.begin() as connection:
+        connection.execute(
+            update(CompressionJob).where(CompressionJob.id == pending).values(spider_id=9)
+        )
+    resubmitted = store.transition(
+        request(pending, "submitted", JobStatus.PENDING, JobStatus.RUNNING, Actor.COORDINATOR)
+    )
+    assert resubmitted == LostRace(pending, JobStatus.PENDING, JobStatus.PENDING, 9, 0)
+    job = store.get(pending)
+    assert job is not None and job.spider_id == 9
+
+
+def test_a_fenced_write_needs_the_current_lease_epoch(
+    store: JobStore, migrated_engine: Engine
+) -> None:
+    job_id = new_job_in(store, JobStatus.PENDING)
+    with migrated_engine.begin() as connection:
+        connection.execute(
+            update(CompressionJob).where(CompressionJob.id == job_id).values(lease_epoch=3)
+        )
+    submit = ("submitted", JobStatus.PENDING, JobStatus.RUNNING, Actor.COORDINATOR)
+    stale = store.transition(request(job_id, *submit, fence=2))
+    assert stale == LostRace(job_id, JobStatus.PENDING, JobStatus.PENDING, None, 3)
+    current = store.transition(request(job_id, *submit, fence=3))
+    assert isinstance(current, Applied)
+    assert store.history(job_id)[-1].lease_epoch == 3
+
+
+def test_an_unknown_job_is_not_found(store: JobStore) -> None:
+    for trigger, source, dest in (
+        ("submitted", JobStatus.PENDING, JobStatus.RUNNING),
+        ("failed", JobStatus.RUNNING, JobStatus.FAILED),
+    ):
+        result = store.transition(request(999, trigger, source, dest, Actor.COORDINATOR))
+        assert result == NotFound(999)
+
+
+def test_effects_commit_with_the_move_or_not_at_all(store: JobStore) -> None:
+    def publish(connection: Connection, applied: Applied) -> None:
+        connection.execute(
+            insert(Dataset).values(name=f"ds{applied.job_id}", archive_storage_directory="d")
+        )
+
+    def publish_then_fail(connection: Connection, applied: Applied) -> None:
+        publish(connection, applied)
+        raise RuntimeError("the archive insert failed")
+
+    commit = ("committed", JobStatus.RUNNING, JobStatus.COMMITTED, Actor.COMMIT_TASK)
+    failing = new_job_in(store, JobStatus.RUNNING)
+    history = len(store.history(failing))
+    with pytest.raises(RuntimeError, match="archive insert failed"):
+        store.transition(request(failing, *commit), effects=publish_then_fail)
+    job = store.get(failing)
+    assert job is not None and job.status == JobStatus.RUNNING
+    assert len(store.history(failing)) == history
+
+    succeeding = new_job_in(store, JobStatus.RUNNING)
+    assert isinstance(store.transition(request(succeeding, *commit), effects=publish), Applied)
+    lost = store.transition(request(succeeding, *commit), effects=publish)
+    assert isinstance(lost, LostRace)
+    with store.engine.connect() as connection:
+        names = connection.execute(select(Dataset.name)).scalars().all()
+    assert names == [f"ds{succeeding}"]
+
+
+@pytest.mark.parametrize(
+    ("trigger", "source", "dest", "actor", "missing", "message"),
+    [
+        (
+            "submitted",
+            JobStatus.PENDING,
+            JobStatus.RUNNING,
+            Actor.COORDINATOR,
+            {"spider_id": None},
+            "needs the Spider job id",
+        ),
+        (
+            "submitted",
+            JobStatus.PENDING,
+            JobStatus.RUNNING,
+            Actor.COORDINATOR,
+            {"num_tasks": 0},
+            "task count",
+        ),
+        (
+            "submitted",
+            JobStatus.PENDING,
+            JobStatus.RUNNING,
+            Actor.COORDINATOR,
+            {"spider_id": 2**64},
+            "64 unsigned bits",
+        ),
+        (
+            "committed",
+            JobStatus.RUNNING,
+            JobStatus.COMMITTED,
+            Actor.COMMIT_TASK,
+            {"compressed_size": None},
+            "archive sizes",
+        ),
+        (
+            "failed",
+            JobStatus.RUNNING,
+            JobStatus.FAILED,
+            Actor.COORDINATOR,
+            {"spider_id": None},
+            "needs the Spider job id",
+        ),
+    ],
+)
+def test_incomplete_requests_are_refused_before_any_sql(
+    store: JobStore,
+    migrated_engine: Engine,
+    trigger: str,
+    source: JobStatus,
+    dest: JobStatus,
+    actor: Actor,
+    missing: dict[str, object],
+    message: str,
+) -> None:
+    job_id = new_job_in(store, source)
+    with (
+        statements_counted(migrated_engine) as statements,
+        pytest.raises(InvalidTransitionRequest, match=message),
+    ):
+        store.transition(request(job_id, trigger, source, dest, actor, **missing))
+    assert statements == []
+
+
+def test_a_long_or_exotic_status_msg_is_fitted_not_rejected(store: JobStore) -> None:
+    """On MariaDB's strict sql_mode an over-long value would fail the whole UPDATE (H7)."""
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    reason = "clp-s exited with 1: " + "disk full 💾 " * 100
+    result = store.transition(
+        request(
+            job_id, "failed", JobStatus.RUNNING, JobStatus.FAILED, Actor.COORDINATOR, reason=reason
+        )
+    )
+    assert isinstance(result, Applied)
+    job = store.get(job_id)
+    assert job is not None
+    assert job.status == JobStatus.FAILED
+    assert len(job.status_msg) == 512
+    assert job.status_msg.startswith("clp-s exited with 1: disk full 💾")
+    assert job.status_msg.endswith("…")
+    assert store.history(job_id)[-1].reason == reason
+
+
+def test_moves_out_of_each_status_match_the_definition(store: JobStore) -> None:
+    """From every status, exactly the edges the lifecycle lists apply."""
+    for status in JobStatus:
+        for edge in edges_from(status):
+            job_id = new_job_in(store, status)
+            actor = sorted(edge.actors)[0]
+            result = store.transition(request(job_id, edge.trigger, status, edge.dest, actor))
+            assert isinstance(result, Applied), (edge, result)

@@ -1,0 +1,104 @@
+"""The machine definition: every legal move, every illegal one, and the status numbers."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from coordinator.lifecycle import (
+    EDGES,
+    MACHINE,
+    TERMINAL_STATUSES,
+    Actor,
+    IllegalTransition,
+    JobStatus,
+    edges_from,
+    machine,
+    plan_transition,
+)
+
+TRIGGERS = sorted({edge.trigger for edge in EDGES} | {"succeeded", "resumed"})
+LEGAL = {(e.trigger, e.source, e.dest, actor): e for e in EDGES for actor in e.actors}
+
+
+def test_status_numbers_are_clps_plus_committed() -> None:
+    assert [(s.name, int(s)) for s in JobStatus] == [
+        ("PENDING", 0),
+        ("RUNNING", 1),
+        ("SUCCEEDED", 2),
+        ("FAILED", 3),
+        ("KILLED", 4),
+        ("COMMITTED", 5),
+    ]
+    assert {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.KILLED} == TERMINAL_STATUSES
+
+
+def test_the_required_edges_exist_with_their_actors() -> None:
+    moves = {(e.trigger, e.source.label, e.dest.label): e.actors for e in EDGES}
+    assert moves == {
+        ("submitted", "Pending", "Running"): {Actor.COORDINATOR},
+        ("rejected", "Pending", "Failed"): {Actor.COORDINATOR},
+        ("cancelled", "Pending", "Killed"): {Actor.COORDINATOR, Actor.OPERATOR},
+        ("committed", "Running", "Committed"): {Actor.COMMIT_TASK},
+        ("failed", "Running", "Failed"): {Actor.COORDINATOR},
+        ("killed", "Running", "Killed"): {Actor.COORDINATOR},
+        ("finalised", "Committed", "Succeeded"): {Actor.COORDINATOR},
+        ("rolled_back", "Committed", "Failed"): {Actor.COORDINATOR},
+        ("rolled_back", "Committed", "Killed"): {Actor.COORDINATOR},
+    }
+
+
+@pytest.mark.parametrize(("trigger", "source", "dest", "actor"), sorted(LEGAL, key=str))
+def test_every_legal_move_is_planned(
+    trigger: str, source: JobStatus, dest: JobStatus, actor: Actor
+) -> None:
+    assert plan_transition(trigger, source, dest, actor) is LEGAL[(trigger, source, dest, actor)]
+
+
+def test_every_other_move_is_refused() -> None:
+    refused = 0
+    for move in itertools.product(TRIGGERS, JobStatus, JobStatus, Actor):
+        if move in LEGAL:
+            continue
+        with pytest.raises(IllegalTransition):
+            plan_transition(*move)
+        refused += 1
+    assert refused == len(TRIGGERS) * len(JobStatus) ** 2 * len(Actor) - len(LEGAL)
+
+
+@pytest.mark.parametrize("terminal", sorted(TERMINAL_STATUSES))
+def test_nothing_leaves_a_terminal_state(terminal: JobStatus) -> None:
+    assert edges_from(terminal) == ()
+    assert MACHINE.get_triggers(terminal.label) == []
+    with pytest.raises(IllegalTransition, match="final"):
+        plan_transition("submitted", terminal, JobStatus.RUNNING, Actor.COORDINATOR)
+
+
+def test_refusals_say_why() -> None:
+    with pytest.raises(IllegalTransition, match="may be fired by commit_task, not by coordinator"):
+        plan_transition("committed", JobStatus.RUNNING, JobStatus.COMMITTED, Actor.COORDINATOR)
+    with pytest.raises(IllegalTransition, match="from Running the lifecycle allows 'committed'"):
+        plan_transition("finalised", JobStatus.RUNNING, JobStatus.SUCCEEDED, Actor.COORDINATOR)
+
+
+def test_the_transitions_machine_holds_exactly_the_edges() -> None:
+    assert set(MACHINE.states) == {status.label for status in JobStatus}
+    in_machine = {
+        (name, transition.source, transition.dest)
+        for name, event in MACHINE.events.items()
+        for transitions in event.transitions.values()
+        for transition in transitions
+    }
+    assert in_machine == {(e.trigger, e.source.label, e.dest.label) for e in EDGES}
+    assert {s for s in MACHINE.states if MACHINE.get_state(s).final} == {
+        status.label for status in TERMINAL_STATUSES
+    }
+
+
+def test_every_edge_is_justified_in_the_docstring() -> None:
+    doc = machine.__doc__ or ""
+    for edge in EDGES:
+        assert edge.why
+        assert edge.trigger in doc
+    assert "Running -> Succeeded" in doc  # the deliberately absent legacy edge is explained
