@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from coordinator.config.locations import PROJECT_ROOT, resolve_data_dir, resolve_database_url
+from sqlalchemy import Engine
+
+from coordinator.config.locations import PROJECT_ROOT, resolve_database_url
 from coordinator.lifecycle import EDGES
 from coordinator.lifecycle import diagrams as lifecycle_diagrams
 from coordinator.store import migrate
@@ -78,14 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    data_dir = resolve_data_dir(args.data_dir)
-    url = resolve_database_url(data_dir)
-    engine = create_database_engine(url)
-    try:
+    with _engine(args) as engine:
         migrate.upgrade(engine)
         revision = migrate.current_revision(engine)
-    finally:
-        engine.dispose()
     print(f"Database: {engine.url.render_as_string(hide_password=True)} (schema {revision})")
     print()
     _print_lifecycle()
@@ -138,30 +136,30 @@ def _diagrams(args: argparse.Namespace) -> int:
     return 0
 
 
-def _db_upgrade(args: argparse.Namespace) -> int:
+@contextmanager
+def _engine(args: argparse.Namespace) -> Iterator[Engine]:
     engine = create_database_engine(resolve_database_url(args.data_dir))
     try:
-        migrate.upgrade(engine, args.revision)
-        print(f"schema at revision {migrate.current_revision(engine)}")
+        yield engine
     finally:
         engine.dispose()
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    with _engine(args) as engine:
+        migrate.upgrade(engine, args.revision)
+        print(f"schema at revision {migrate.current_revision(engine)}")
     return 0
 
 
 def _db_downgrade(args: argparse.Namespace) -> int:
-    engine = create_database_engine(resolve_database_url(args.data_dir))
-    try:
+    with _engine(args) as engine:
         migrate.downgrade(engine, args.revision)
         print(f"schema at revision {migrate.current_revision(engine) or 'base'}")
-    finally:
-        engine.dispose()
     return 0
 
 
 def _db_current(args: argparse.Namespace) -> int:
-    engine = create_database_engine(resolve_database_url(args.data_dir))
-    try:
+    with _engine(args) as engine:
         print(migrate.current_revision(engine) or "base (no coordinator schema)")
-    finally:
-        engine.dispose()
     return 0
