@@ -3,7 +3,9 @@
 The embedded default keeps everything under one data directory: ``--data-dir``, else
 ``$COORDINATOR_HOME``, else ``./var``. The database URL is ``$COORDINATOR_DATABASE_URL`` when set
 (production: ``mysql+pymysql://user:pass@host:3306/clp``), else the embedded SQLite file
-``<data dir>/coordinator.db``.
+``<data dir>/coordinator.db``. The embedded default's object store and archives live in the same
+directory (``objects/``, ``archives/``), and relative paths of a configuration file resolve
+against it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ DATA_DIR_ENV = "COORDINATOR_HOME"
 DATABASE_URL_ENV = "COORDINATOR_DATABASE_URL"
 DEFAULT_DATA_DIR = Path("var")
 EMBEDDED_DATABASE_FILE = "coordinator.db"
+
+EMBEDDED_OBJECT_STORE_DIR = "objects"
+"""The embedded default's stand-in for S3, inside the data directory: ``<bucket>/<key>`` files."""
+EMBEDDED_ARCHIVE_DIR = "archives"
+"""The embedded default's archive directory (CLP's ``archive_output.storage`` of type ``fs``)."""
 
 
 def resolve_data_dir(explicit: Path | None = None) -> Path:
@@ -41,3 +48,8 @@ def resolve_database_url(data_dir: Path | None = None) -> str:
     directory = resolve_data_dir(data_dir)
     directory.mkdir(parents=True, exist_ok=True)
     return embedded_database_url(directory)
+
+
+def under_data_dir(data_dir: Path, path: Path) -> Path:
+    """``path`` if absolute, else ``path`` inside ``data_dir`` (which plays CLP's ``CLP_HOME``)."""
+    return path if path.is_absolute() else data_dir / path
