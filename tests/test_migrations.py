@@ -22,7 +22,13 @@ CLP_TABLES = {
     names.DATASETS,
     names.SPIDER_RESOURCE_GROUPS,
 }
-COORDINATOR_TABLES = {names.COMPRESSION_JOB_TRANSITIONS, names.ADOPTED_TABLES}
+COORDINATOR_TABLES = {
+    names.COMPRESSION_JOB_TRANSITIONS,
+    names.ADOPTED_TABLES,
+    names.STORED_ARCHIVES,
+    names.ENGINE_RESOURCE_GROUPS,
+    names.ENGINE_JOBS,
+}
 COORDINATOR_JOB_COLUMNS = {"lease_owner", "lease_expires_at", "lease_epoch", "cancel_requested_at"}
 
 # compression_jobs as CLP created it before #2421 (2026-07-27): no spider_id, no dispatch_time, no

@@ -12,6 +12,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
+    Engine,
     Index,
     Integer,
     MetaData,
@@ -19,11 +20,15 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    inspect,
 )
 from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError
 
 from coordinator.store import names
-from coordinator.store.schema import MYSQL_TABLE_OPTIONS
+from coordinator.store.schema import MYSQL_TABLE_OPTIONS, Dataset
 from coordinator.store.sqltypes import UnsignedBigIntKey
 
 _TinyInt = SmallInteger().with_variant(mysql.TINYINT(), "mysql", "mariadb")
@@ -61,11 +66,38 @@ def column_metadata_table(dataset: str) -> Table:
     )
 
 
-def ensure_dataset_tables(connection: Connection, dataset: str) -> None:
+def ensure_dataset_tables(engine: Engine, dataset: str) -> None:
     """Create the dataset's archive and column-metadata tables unless they exist.
 
-    Raises ``InvalidDatasetName`` before touching the database, or the driver's error when the DDL
-    fails (on MySQL/MariaDB DDL commits implicitly, so call it outside a transaction that matters).
+    Runs on its own connection: on MySQL/MariaDB DDL commits implicitly, so it must never run inside
+    a transaction that matters. Two processes creating the same table at once is not an error.
+    Raises ``InvalidDatasetName`` before touching the database, else the driver's errors.
     """
     for table in (archives_table(dataset), column_metadata_table(dataset)):
-        table.create(connection, checkfirst=True)
+        try:
+            with engine.begin() as connection:
+                table.create(connection, checkfirst=True)
+        except DBAPIError:
+            # Lost a creation race (checkfirst saw nothing, the other creator finished first).
+            if not inspect(engine).has_table(table.name):
+                raise
+
+
+def register_dataset(connection: Connection, name: str, archive_storage_directory: str) -> None:
+    """Insert or update the ``clp_datasets`` row, as CLP's commit and ``add_dataset`` do."""
+    values = {"name": name, "archive_storage_directory": archive_storage_directory}
+    if connection.dialect.name in ("mysql", "mariadb"):
+        mysql_upsert = mysql_insert(Dataset).values(**values)
+        connection.execute(
+            mysql_upsert.on_duplicate_key_update(
+                archive_storage_directory=mysql_upsert.inserted.archive_storage_directory
+            )
+        )
+    else:
+        sqlite_upsert = sqlite_insert(Dataset).values(**values)
+        connection.execute(
+            sqlite_upsert.on_conflict_do_update(
+                index_elements=["name"],
+                set_={"archive_storage_directory": archive_storage_directory},
+            )
+        )

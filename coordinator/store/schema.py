@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -28,6 +29,7 @@ from coordinator.store import names
 from coordinator.store.sqltypes import (
     BigIntKey,
     CurrentTimestamp,
+    LongBlob,
     MediumBlob,
     Millis,
     UnsignedBigInt,
@@ -194,6 +196,64 @@ class SpiderResourceGroup(Base):
 
     rg_name: Mapped[str] = mapped_column(String(255), primary_key=True)
     rg_id: Mapped[int] = mapped_column(UnsignedBigInt)
+
+
+class StoredArchive(Base):
+    """An archive a compress task instance stored, published or not.
+
+    Written by the task right after it stores the archive, so that the archives of a job that never
+    commits (failed, cancelled, rolled back, or a retried instance's) can always be found and
+    removed. ``location`` is a file path or ``s3://bucket/key``.
+    """
+
+    __tablename__ = names.STORED_ARCHIVES
+    __table_args__ = (
+        Index("STORED_ARCHIVE_SPIDER_JOB", "spider_job_id"),
+        Index("STORED_ARCHIVE_ID", "archive_id"),
+        MYSQL_TABLE_OPTIONS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntKey, primary_key=True, autoincrement=True)
+    spider_job_id: Mapped[int] = mapped_column(UnsignedBigInt)
+    task_id: Mapped[str] = mapped_column(String(16))
+    instance_id: Mapped[int] = mapped_column(BigInteger)
+    dataset: Mapped[str] = mapped_column(String(255))
+    archive_id: Mapped[str] = mapped_column(String(64))
+    location: Mapped[str] = mapped_column(String(2048))
+    size: Mapped[int] = mapped_column(BigInteger)
+    stored_at: Mapped[datetime] = mapped_column(Millis)
+
+
+class EngineResourceGroup(Base):
+    """The embedded engine's resource groups (Spider's ``resource_groups``)."""
+
+    __tablename__ = names.ENGINE_RESOURCE_GROUPS
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+    id: Mapped[int] = mapped_column(UnsignedBigIntKey, primary_key=True, autoincrement=True)
+    external_id: Mapped[str] = mapped_column(String(255), unique=True)
+    password: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class EngineJob(Base):
+    """A job of the embedded engine (Spider's ``jobs``): what survives the engine's restart.
+
+    Task states and retry counters live in memory only, as in Spider: a job found ``Running`` after
+    a restart runs again from the start, a ``CommitReady`` one runs its commit again.
+    """
+
+    __tablename__ = names.ENGINE_JOBS
+    __table_args__ = (Index("ENGINE_JOB_STATE", "state"), MYSQL_TABLE_OPTIONS)
+
+    id: Mapped[int] = mapped_column(UnsignedBigIntKey, primary_key=True, autoincrement=True)
+    resource_group_id: Mapped[int] = mapped_column(UnsignedBigInt)
+    state: Mapped[str] = mapped_column(String(16))
+    task_graph: Mapped[bytes] = mapped_column(LongBlob)
+    inputs: Mapped[bytes] = mapped_column(LongBlob)
+    outputs: Mapped[bytes | None] = mapped_column(LongBlob)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(Millis)
+    updated_at: Mapped[datetime] = mapped_column(Millis)
 
 
 class AdoptedTable(Base):

@@ -31,6 +31,9 @@ Millis = DateTime().with_variant(mysql.DATETIME(fsp=3), *_MYSQL)
 MediumBlob = LargeBinary().with_variant(mysql.MEDIUMBLOB(), *_MYSQL)
 """``MEDIUMBLOB`` (the job's ``clp_config``)."""
 
+LongBlob = LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
+"""``LONGBLOB`` (task graphs, inputs and outputs of the embedded engine)."""
+
 
 class CurrentTimestamp(FunctionElement[Any]):
     """A column default of "now": ``CURRENT_TIMESTAMP[(fsp)] [ON UPDATE …]`` on MySQL/MariaDB.

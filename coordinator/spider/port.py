@@ -1,0 +1,144 @@
+"""The Spider port: the one interface through which the coordinator drives Spider.
+
+It mirrors Spider's ``storage.JobOrchestrationService`` and ``ResourceGroupManagementService``
+(``spider-contract.md`` §7): job states keep Spider's numbers, and failures are the typed errors
+Spider's own Rust client raises for each gRPC status. Two engines implement it: the embedded engine
+(``coordinator.spider.embedded``) and the gRPC client of a Spider cluster.
+
+Rules of use (§13). Spider's calls are not all safe to make at any time; callers go through the
+helpers at the bottom of this module, which follow them:
+
+* ``start_job``: not idempotent (a started job answers INTERNAL, an evicted terminal one NOT_FOUND).
+  Ask ``get_job_state`` first and start only a ``READY`` job (``start_if_ready``).
+* ``cancel_job``: never in ``COMMIT_READY`` when the graph has no cleanup task (CLP's never has):
+  on a real cluster that shuts the storage server down. Never on a terminal job. Ask first
+  (``cancel_if_safe``).
+* ``get_job_outputs``: only after ``SUCCEEDED``; ``get_job_error`` only after ``FAILED``.
+* ``register_job``: **not idempotent** and there is no lookup; never retry it blindly after an
+  ambiguous failure, and persist the returned id at once.
+* ``JobNotFound`` from start/cancel may mean "terminal and evicted": confirm with
+  ``get_job_state``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Protocol
+
+
+class JobState(IntEnum):
+    """Spider's ``storage.JobState`` (same numbers as the proto enum)."""
+
+    UNSPECIFIED = 0
+    READY = 1
+    RUNNING = 2
+    COMMIT_READY = 3
+    CLEANUP_READY = 4
+    SUCCEEDED = 5
+    FAILED = 6
+    CANCELLED = 7
+
+    @property
+    def is_terminal(self) -> bool:
+        """Succeeded, Failed and Cancelled are final: nothing leaves them."""
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class SpiderError(Exception):
+    """A Spider call failed. Subclasses follow Spider's client (gRPC status → error)."""
+
+
+class JobNotFound(SpiderError):
+    """NOT_FOUND: no such job (or, for start/cancel, a terminal job no longer cached)."""
+
+
+class InvalidJobState(SpiderError):
+    """FAILED_PRECONDITION: the job is not in a state that allows the call."""
+
+
+class InvalidArgument(SpiderError):
+    """INVALID_ARGUMENT: a malformed task graph or inputs ("bad request: …")."""
+
+
+class Unauthenticated(SpiderError):
+    """UNAUTHENTICATED: an unknown resource group, or a wrong password."""
+
+
+class Unavailable(SpiderError):
+    """UNAVAILABLE or a transport failure: Spider could not be reached. Safe to retry, except
+    ``register_job``, whose effect is then unknown."""
+
+
+class ServerError(SpiderError):
+    """Any other status (INTERNAL, ALREADY_EXISTS, …)."""
+
+
+class ResourceGroupExists(ServerError):
+    """ALREADY_EXISTS from ``add_resource_group``: the name is taken (its id cannot be read)."""
+
+
+class SpiderPort(Protocol):
+    """Spider's job orchestration and resource-group calls, engine-neutral."""
+
+    def add_resource_group(self, external_id: str, password: bytes) -> int:
+        """Create a resource group; its id. Raises ``ResourceGroupExists`` for a taken name."""
+        ...
+
+    def verify_resource_group(self, resource_group_id: int, password: bytes) -> None:
+        """Check a stored id; raises ``Unauthenticated`` for an unknown id or a wrong password."""
+        ...
+
+    def register_job(
+        self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes
+    ) -> int:
+        """Create a job in ``READY`` (not started) from RegisterJob's payloads; its id.
+
+        Raises ``InvalidArgument`` for a graph or inputs Spider refuses, ``Unauthenticated`` for an
+        unknown resource group. Not idempotent.
+        """
+        ...
+
+    def start_job(self, job_id: int) -> JobState:
+        """``READY`` → ``RUNNING``; raises ``JobNotFound``, or ``ServerError`` unless ``READY``."""
+        ...
+
+    def cancel_job(self, job_id: int) -> JobState:
+        """Cancel; the resulting state (see Spider's table). Raises as Spider does (see module)."""
+        ...
+
+    def get_job_state(self, job_id: int) -> JobState:
+        """The job's state; raises ``JobNotFound``."""
+        ...
+
+    def get_job_outputs(self, job_id: int) -> list[bytes]:
+        """The graph outputs (one payload each) of a ``SUCCEEDED`` job; else ``InvalidJobState``."""
+        ...
+
+    def get_job_error(self, job_id: int) -> str:
+        """The last failure's message of a ``FAILED`` job; else ``InvalidJobState``."""
+        ...
+
+
+def start_if_ready(spider: SpiderPort, job_id: int) -> JobState:
+    """Start the job if (and only if) it is ``READY``; the state it is in afterwards.
+
+    A job that is already past ``READY`` counts as started. Raises ``JobNotFound`` and the
+    transport errors of ``get_job_state``/``start_job``.
+    """
+    state = spider.get_job_state(job_id)
+    if state is not JobState.READY:
+        return state
+    return spider.start_job(job_id)
+
+
+def cancel_if_safe(spider: SpiderPort, job_id: int) -> JobState:
+    """Cancel the job when Spider can do so safely; the state it is in afterwards.
+
+    Cancels in ``READY`` and ``RUNNING``; in ``COMMIT_READY`` (a CLP graph has no cleanup task) and
+    in terminal states it does nothing and returns the state, so the caller waits for the outcome.
+    Raises ``JobNotFound`` and transport errors.
+    """
+    state = spider.get_job_state(job_id)
+    if state in (JobState.READY, JobState.RUNNING):
+        return spider.cancel_job(job_id)
+    return state

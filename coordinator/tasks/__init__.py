@@ -1,0 +1,6 @@
+"""CLP's Spider task package ``clp``: ``compression::clp_s_s3_compress``, ``compression::commit``.
+
+An engine loads it through the factory ``coordinator.tasks.registry:clp_package``: Spider's
+``(package, task_func)`` pairs mapped to Python callables, each decoding its inputs and encoding its
+outputs with the task I/O wire format.
+"""

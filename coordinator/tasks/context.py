@@ -1,0 +1,110 @@
+"""What a task knows when it runs: its identity in Spider and the worker's settings.
+
+A Spider worker gives CLP's tasks their environment through ``CLP_CONFIG_PATH``/``CLP_HOME``; here
+the engine hands each task process one JSON document, ``WorkerSettings``, in the environment
+variable ``COORDINATOR_WORKER_SETTINGS``: the database the commit task writes to, where archives are
+stored, where inputs are read from when there is no S3, and scratch space.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from coordinator.task_io import AwsAuthentication, DefaultAuthentication
+
+WORKER_SETTINGS_ENV = "COORDINATOR_WORKER_SETTINGS"
+
+
+class TaskError(Exception):
+    """A task failed for a reason an operator can act on; the message says what and why."""
+
+
+class FsArchiveOutput(BaseModel):
+    """Archives go to ``<directory>/<dataset>/<archive id>``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["fs"] = "fs"
+    directory: Path
+
+
+class S3ArchiveOutput(BaseModel):
+    """Archives go to ``s3://<bucket>/<key_prefix><dataset>/<archive id>`` (CLP's layout)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["s3"] = "s3"
+    bucket: str
+    key_prefix: str
+    region_code: str | None = None
+    endpoint_url: str | None = None
+    aws_authentication: AwsAuthentication = DefaultAuthentication()
+
+
+ArchiveOutputSettings = Annotated[FsArchiveOutput | S3ArchiveOutput, Field(discriminator="type")]
+
+
+class WorkerSettings(BaseModel):
+    """The environment of a task process (one JSON document)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    database_url: SecretStr
+    """Where the commit task publishes, and where tasks record what they stored."""
+    archive_output: ArchiveOutputSettings
+    staging_directory: Path
+    """Scratch space for clp-s's output before an archive is stored."""
+    object_store_directory: Path | None = None
+    """When set, an input object ``s3://<bucket>/<key>`` is the file ``<dir>/<bucket>/<key>``
+    (the embedded default's local object store) and S3 is not contacted."""
+    clp_s_path: Path | None = None
+    """The ``clp-s`` binary; unset: the one ``yscope-clp-core`` ships."""
+
+    def to_environment(self) -> dict[str, str]:
+        """The variable that carries these settings (secrets included) to a task process."""
+        return {WORKER_SETTINGS_ENV: json.dumps(_revealed(self.model_dump()))}
+
+    @classmethod
+    def from_environment(cls) -> WorkerSettings:
+        """The settings of this process; raises ``TaskError`` when the variable is absent/bad."""
+        document = os.environ.get(WORKER_SETTINGS_ENV)
+        if not document:
+            raise TaskError(f"${WORKER_SETTINGS_ENV} is not set: this process is not a task worker")
+        try:
+            return cls.model_validate_json(document)
+        except ValueError as error:
+            raise TaskError(f"${WORKER_SETTINGS_ENV} is invalid: {error}") from error
+
+
+def _revealed(value: Any) -> Any:
+    # model_dump keeps SecretStr objects (and pydantic's JSON dump would mask them); a task process
+    # needs the real values, so they are written out for its environment only.
+    if isinstance(value, dict):
+        return {key: _revealed(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_revealed(item) for item in value]
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """One task instance's identity and environment."""
+
+    job_id: int
+    """The Spider job id (CLP's ``compression_jobs.spider_id``)."""
+    task_id: str
+    """The task's index in the graph (``"0"``, ``"1"``, …), or ``"commit"`` / ``"cleanup"``."""
+    instance_id: int
+    settings: WorkerSettings
+    graph_outputs: tuple[bytes, ...] = field(default=())
+    """For the commit task: every graph output (one ``CompressionTaskOutput`` per task)."""

@@ -1,0 +1,207 @@
+"""The commit task on SQLite and MariaDB: publication, idempotency, refusals, double commits."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select, text
+
+from coordinator.lifecycle import Actor, JobStatus
+from coordinator.store.archives import withdraw_archives
+from coordinator.store.datasets import archives_table
+from coordinator.store.jobs import JobStore
+from coordinator.store.schema import Dataset
+from coordinator.task_io import ArchiveMetadata, CompressionTaskOutput
+from coordinator.tasks.commit import commit
+from coordinator.tasks.context import FsArchiveOutput, TaskContext, TaskError, WorkerSettings
+from tests.paths import SPIDER_ID, new_job_in
+
+
+def _context(
+    engine: Engine, tmp_path: Path, outputs: list[CompressionTaskOutput], instance: int = 1
+) -> TaskContext:
+    settings = WorkerSettings(
+        database_url=engine.url.render_as_string(hide_password=False),
+        archive_output=FsArchiveOutput(directory=tmp_path / "archives"),
+        staging_directory=tmp_path / "staging",
+    )
+    return TaskContext(
+        job_id=SPIDER_ID,
+        task_id="commit",
+        instance_id=instance,
+        settings=settings,
+        graph_outputs=tuple(output.to_msgpack() for output in outputs),
+    )
+
+
+def _archive(name: str, size: int = 10) -> ArchiveMetadata:
+    return ArchiveMetadata(
+        id=name, begin_timestamp=1, end_timestamp=2, size=size, uncompressed_size=size * 10
+    )
+
+
+OUTPUTS = [
+    CompressionTaskOutput(dataset="web", archives=[_archive("a0"), _archive("a1", 20)]),
+    CompressionTaskOutput(dataset="web", archives=[_archive("b0", 30)]),
+]
+
+
+def _published(engine: Engine, dataset: str = "web") -> list[tuple[str, str, int]]:
+    table = archives_table(dataset)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(table.c.id, table.c.creator_id, table.c.creation_ix).order_by(table.c.id)
+        ).all()
+    return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+def test_the_commit_publishes_and_moves_the_job_to_committed(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    assert commit(_context(migrated_engine, tmp_path, OUTPUTS), []) == []
+
+    job = store.get(job_id)
+    assert job is not None
+    assert (job.status, job.uncompressed_size, job.compressed_size) == (
+        JobStatus.COMMITTED,
+        600,
+        60,
+    )
+    assert job.duration is not None and job.duration >= 0
+    creator = str(SPIDER_ID)
+    assert _published(migrated_engine) == [
+        ("a0", creator, 0),
+        ("a1", creator, 1),
+        ("b0", creator, 2),
+    ]
+    with migrated_engine.connect() as connection:
+        datasets = connection.execute(select(Dataset.name, Dataset.archive_storage_directory)).all()
+    assert datasets == [("web", str(tmp_path / "archives" / "web"))]
+    last = store.history(job_id)[-1]
+    assert (last.trigger, last.actor, last.to_status) == ("committed", Actor.COMMIT_TASK.value, 5)
+
+
+def test_a_second_commit_is_a_no_op(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+    commit(_context(migrated_engine, tmp_path, OUTPUTS, instance=2), [])
+    assert len(_published(migrated_engine)) == 3
+    assert [h.trigger for h in store.history(job_id)] == ["submitted", "committed"]
+
+
+def test_a_succeeded_job_is_left_alone(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    job_id = new_job_in(store, JobStatus.SUCCEEDED)
+    commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+    job = store.get(job_id)
+    assert job is not None and job.status == JobStatus.SUCCEEDED
+
+
+def test_concurrent_commits_publish_exactly_one_set(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def run(instance: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            commit(_context(migrated_engine, tmp_path, OUTPUTS, instance), [])
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(_published(migrated_engine)) == 3
+    job = store.get(job_id)
+    assert job is not None and job.status == JobStatus.COMMITTED
+    assert [h.trigger for h in store.history(job_id)].count("committed") == 1
+
+
+def test_a_job_killed_meanwhile_is_refused(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """CLP's legacy scheduler kills RUNNING jobs on start-up (H2); the commit must not publish."""
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    with migrated_engine.begin() as connection:
+        connection.execute(text("UPDATE compression_jobs SET status = 4 WHERE status = 1"))
+    with pytest.raises(
+        TaskError, match=f"job {job_id} is no longer running \\(Killed\\); refusing"
+    ):
+        commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+    assert _published(migrated_engine) == []
+
+
+def test_an_unknown_spider_job_is_refused(migrated_engine: Engine, tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match=f"no CLP compression job found for spider job {SPIDER_ID}"):
+        commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        ([CompressionTaskOutput(dataset="web", archives=[])], "no archives to publish"),
+        ([], "no archives to publish"),
+        (
+            [
+                CompressionTaskOutput(dataset="a", archives=[_archive("x")]),
+                CompressionTaskOutput(dataset="b", archives=[_archive("y")]),
+            ],
+            "more than one dataset",
+        ),
+        ([CompressionTaskOutput(dataset="bad-name", archives=[_archive("x")])], "invalid dataset"),
+    ],
+)
+def test_bad_outputs_are_refused_without_publishing(
+    store: JobStore,
+    migrated_engine: Engine,
+    tmp_path: Path,
+    outputs: list[CompressionTaskOutput],
+    message: str,
+) -> None:
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    with pytest.raises(TaskError, match=message):
+        commit(_context(migrated_engine, tmp_path, outputs), [])
+    job = store.get(job_id)
+    assert job is not None and job.status == JobStatus.RUNNING
+
+
+def test_undecodable_outputs_are_refused(migrated_engine: Engine, tmp_path: Path) -> None:
+    context = _context(migrated_engine, tmp_path, [])
+    broken = TaskContext(context.job_id, "commit", 1, context.settings, (b"\x93\x01",))
+    with pytest.raises(TaskError, match="graph output 0 is not a CompressionTaskOutput"):
+        commit(broken, [])
+
+
+def test_withdrawal_removes_exactly_the_jobs_archives(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    new_job_in(store, JobStatus.RUNNING)
+    commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+    table = archives_table("web")
+    with migrated_engine.begin() as connection:
+        connection.execute(
+            table.insert().values(
+                id="other",
+                begin_timestamp=0,
+                end_timestamp=0,
+                uncompressed_size=1,
+                size=1,
+                creator_id="99",
+                creation_ix=0,
+            )
+        )
+        assert sorted(withdraw_archives(connection, "web", SPIDER_ID)) == ["a0", "a1", "b0"]
+    with migrated_engine.connect() as connection:
+        assert connection.execute(select(func.count()).select_from(table)).scalar_one() == 1
