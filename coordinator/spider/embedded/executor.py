@@ -1,0 +1,114 @@
+"""The task executor: a worker process that runs task instances one at a time.
+
+``python -m coordinator.spider.embedded.executor --package NAME=module:factory …`` reads framed
+requests on stdin and writes framed replies on stdout (``protocol``). Task code may print: the
+process's stdout is redirected to stderr, and replies go to a private copy of the original stdout.
+The worker's settings come from ``$COORDINATOR_WORKER_SETTINGS`` (``WorkerSettings``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from typing import IO, Any
+
+from coordinator.spider.embedded.faults import CRASH_EXIT_STATUS
+from coordinator.spider.embedded.protocol import (
+    Reply,
+    Request,
+    in_task_failure,
+    read_request,
+    write_message,
+)
+from coordinator.tasks.context import TaskContext, TaskError, WorkerSettings
+from coordinator.tasks.registry import TaskPackage
+
+_log = logging.getLogger("coordinator.executor")
+
+
+def load_package(spec: str) -> TaskPackage:
+    """``NAME=module:factory`` → the package the factory returns; raises ``ValueError``."""
+    name, _, target = spec.partition("=")
+    module_name, _, factory_name = target.partition(":")
+    if not (name and module_name and factory_name):
+        raise ValueError(f"a package is NAME=module:factory, got {spec!r}")
+    package = getattr(importlib.import_module(module_name), factory_name)()
+    if not isinstance(package, TaskPackage) or package.name != name:
+        raise ValueError(f"{target} did not return the task package {name!r}")
+    return package
+
+
+class Executor:
+    """Runs requests against the loaded packages."""
+
+    def __init__(self, packages: dict[str, TaskPackage]) -> None:
+        self.packages = packages
+        self._settings: WorkerSettings | None = None
+
+    def run(self, request: Request) -> Reply:
+        """One instance; never raises (a failure is the reply)."""
+        fault = request.fault or {}
+        if fault.get("kind") == "fail":
+            return Reply(error=in_task_failure(str(fault.get("message"))))
+        if not fault.get("after_effects"):
+            _misbehave(fault)
+        try:
+            function = self.packages[request.package].function(request.task_func)
+        except KeyError as error:
+            return Reply(error=in_task_failure(f"cannot load task: {error}"))
+        try:
+            context = TaskContext(
+                job_id=request.job_id,
+                task_id=request.task_id,
+                instance_id=request.instance_id,
+                settings=self._worker_settings(),
+                graph_outputs=tuple(request.graph_outputs),
+            )
+            outputs = function(context, request.inputs)
+        except TaskError as error:
+            return Reply(error=in_task_failure(str(error)))
+        except Exception as error:  # a bug in the task: report it, keep the executor alive
+            traceback.print_exc()
+            return Reply(error=in_task_failure(f"{type(error).__name__}: {error}"))
+        _misbehave(fault)
+        return Reply(outputs=outputs)
+
+    def _worker_settings(self) -> WorkerSettings:
+        if self._settings is None:
+            self._settings = WorkerSettings.from_environment()
+        return self._settings
+
+
+def _misbehave(fault: dict[str, Any]) -> None:
+    kind = fault.get("kind")
+    if kind == "hard_timeout":
+        while True:  # until the execution manager kills this process
+            time.sleep(3600)
+    if kind == "crash":
+        os._exit(CRASH_EXIT_STATUS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve requests until stdin closes."""
+    parser = argparse.ArgumentParser(prog="coordinator-executor")
+    parser.add_argument("--package", action="append", default=[], metavar="NAME=module:factory")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    packages = {package.name: package for package in map(load_package, args.package)}
+    replies: IO[bytes] = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever tasks print goes to stderr, never into the reply stream
+    sys.stdout = sys.stderr
+    executor = Executor(packages)
+    while (request := read_request(sys.stdin.buffer)) is not None:
+        write_message(replies, executor.run(request))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""Execution managers: threads that each own one executor process and run one instance at a time.
+
+As Spider's execution manager does (``spider-contract.md`` §3.2, §4): take an assignment, send it
+to the executor, wait at most the hard timeout, then report the outcome. On a hard timeout the
+executor is killed (SIGKILL) and respawned; a crashed executor is respawned too, so a task cannot
+take the engine down.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from coordinator.spider.embedded.protocol import (
+    ExecutorGone,
+    Reply,
+    ReplyTimeout,
+    Request,
+    executor_crashed,
+    hard_timeout_exceeded,
+    read_reply,
+    write_message,
+)
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One task instance to run."""
+
+    request: Request
+    hard_timeout_ms: int
+    lose_report: bool = False
+
+
+NextAssignment = Callable[[float], Assignment | None]
+Report = Callable[[Assignment, Reply], None]
+
+
+class ExecutionManager(threading.Thread):
+    """Runs assignments from ``next_assignment`` in its executor and ``report``s each outcome."""
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        environment: Mapping[str, str],
+        next_assignment: NextAssignment,
+        report: Report,
+    ) -> None:
+        super().__init__(name=name, daemon=True)
+        self._command = list(command)
+        self._environment = dict(environment)
+        self._next_assignment = next_assignment
+        self._report = report
+        self._stopping = threading.Event()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def run(self) -> None:
+        """Take, run and report assignments until stopped."""
+        try:
+            self._executor()  # ready before the first assignment, as Spider's managers are
+            while not self._stopping.is_set():
+                assignment = self._next_assignment(0.2)
+                if assignment is None:
+                    continue
+                reply = self._execute(assignment)
+                if not self._stopping.is_set():
+                    self._report(assignment, reply)
+        finally:
+            self._discard()
+
+    def stop(self) -> None:
+        """Stop taking work and kill the executor (its running instance dies with it).
+
+        Only SIGKILL is sent from here; the manager's own thread reaps the process and closes its
+        pipes, so no file descriptor is closed under a reader.
+        """
+        self._stopping.set()
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+
+    def _execute(self, assignment: Assignment) -> Reply:
+        try:
+            process = self._executor()
+            assert process.stdin is not None and process.stdout is not None
+            deadline = time.monotonic() + assignment.hard_timeout_ms / 1000
+            write_message(process.stdin, assignment.request)
+            return read_reply(process.stdout.fileno(), deadline)
+        except ReplyTimeout:
+            self._discard(kill=True)
+            return Reply(error=hard_timeout_exceeded(assignment.hard_timeout_ms))
+        except (ExecutorGone, OSError):
+            return Reply(error=executor_crashed(self._discard()))
+
+    def _executor(self) -> subprocess.Popen[bytes]:
+        if self._process is None:
+            self._process = subprocess.Popen(
+                self._command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=self._environment,
+            )
+        return self._process
+
+    def _discard(self, *, kill: bool = False) -> int | None:
+        """Reap the executor (killing it first if asked); its exit status, ``None`` for a signal."""
+        process, self._process = self._process, None
+        if process is None:
+            return None
+        if kill or self._stopping.is_set():
+            process.kill()
+        try:
+            returncode = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            returncode = process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+        return returncode

@@ -1,0 +1,99 @@
+"""A task package for engine tests (loaded by executors as ``test=tests.engine_tasks:package``).
+
+Tasks record what they did in files under the worker's staging directory, so tests can see side
+effects that happened in executor processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from coordinator.tasks.context import TaskContext, TaskError
+from coordinator.tasks.registry import TaskPackage
+
+
+def journal(ctx: TaskContext) -> Path:
+    """The file where the tasks of ``ctx``'s job record their runs."""
+    return ctx.settings.staging_directory / f"journal-{ctx.job_id}.jsonl"
+
+
+def _record(ctx: TaskContext, **fields: object) -> None:
+    line = json.dumps({"task": ctx.task_id, "instance": ctx.instance_id, **fields})
+    with journal(ctx).open("a", encoding="utf-8") as file:
+        file.write(line + "\n")
+
+
+def echo(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    _record(ctx, event="echo")
+    return list(inputs)
+
+
+def join(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    _record(ctx, event="join")
+    return [b"+".join(inputs)]
+
+
+def sleep(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    _record(ctx, event="start")
+    time.sleep(float(inputs[0].decode()))
+    _record(ctx, event="done")
+    return [b"slept"]
+
+
+def slow_first_run(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    """Hangs on its first run ever (for restart tests); returns at once afterwards."""
+    marker = ctx.settings.staging_directory / f"ran-{ctx.job_id}-{ctx.task_id}"
+    first = not marker.exists()
+    marker.touch()
+    _record(ctx, event="start", first=first)
+    if first:
+        time.sleep(3600)
+    return [b"second run"]
+
+
+def fail(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    _record(ctx, event="fail")
+    raise TaskError("boom: the input is unusable")
+
+
+def crash(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    _record(ctx, event="crash")
+    os._exit(3)
+
+
+def record_commit(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    _record(ctx, event="commit", outputs=[output.decode() for output in ctx.graph_outputs])
+    return []
+
+
+def record_commit_slowly(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    """A commit that takes a moment, so that two instances surely overlap."""
+    time.sleep(0.5)
+    return record_commit(ctx, inputs)
+
+
+def record_cleanup(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    _record(ctx, event="cleanup")
+    return []
+
+
+def package() -> TaskPackage:
+    """The ``test`` package."""
+    return TaskPackage(
+        "test",
+        {
+            "echo": echo,
+            "join": join,
+            "sleep": sleep,
+            "slow_first_run": slow_first_run,
+            "fail": fail,
+            "crash": crash,
+            "record_commit": record_commit,
+            "record_commit_slowly": record_commit_slowly,
+            "record_cleanup": record_cleanup,
+        },
+    )
