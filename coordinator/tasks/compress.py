@@ -1,0 +1,483 @@
+"""The compress task (``clp`` / ``compression::clp_s_s3_compress``): one partition → archives.
+
+Mirrors CLP's task (``clp-contract.md`` §9, ``clp-tdl-package/src/task/compression/compress.rs``):
+
+* inputs ``[ClpSCompressionOption, Option<String> dataset, S3InputSource]`` (task I/O wire format);
+* the object list file ``compression-{job}-{task}-{instance}-log-paths.txt``, one entry per line,
+  each ending in ``\\n``;
+* S3 objects as URLs built by CLP's ``generate_s3_url`` (``coordinator.tasks.s3_urls``), read with
+  ``--auth s3``; ``credentials`` authentication reaches clp-s as ``AWS_ACCESS_KEY_ID``,
+  ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN`` when set);
+* ``clp-s c <out> --print-archive-stats --target-encoded-size <N> --compression-level <L>
+  --single-file-archive [--auth s3] [--timestamp-key <K>] --files-from <list>``;
+* one JSON stats object per archive on stdout, of which ``id``, ``begin_timestamp``,
+  ``end_timestamp``, ``size`` and ``uncompressed_size`` are kept; stderr drained on a thread; an
+  unparsable line kills clp-s and fails the task, a non-zero exit fails it ("clp-s exited with …");
+* archives stored under ``<dataset or "default">/<archive id>`` of the archive output
+  (``coordinator.tasks.archive_storage``), the list file and staged archives deleted at the end
+  (a failed delete is only a warning), and ``CompressionTaskOutput{dataset as given, archives}``
+  returned.
+
+Deliberate differences:
+
+* **Local object store.** With ``object_store_directory`` set (the embedded default) the object
+  ``s3://<bucket>/<key>`` is the file ``<dir>/<bucket>/<key>``: the list holds absolute paths,
+  clp-s gets no ``--auth``, S3 is not contacted, and a missing file fails the task before clp-s
+  runs. The archives' range index then names local paths rather than URLs.
+* **Scratch per instance.** The list file and clp-s's output live in a fresh directory under the
+  staging directory for each attempt (CLP shares ``<staging>/<dataset>``): two instances of one task
+  may run at once, and clean-up must never touch the other's files.
+* **Store after a clean exit.** CLP uploads from a callback on each stats line while clp-s runs.
+  A failing clp-s still prints a stats line for the junk archive it leaves behind (exit 1, a few
+  hundred bytes, even real timestamps), so here nothing is stored until clp-s has exited 0; then the
+  archives are stored one after another.
+* **Records and roll-back.** Each stored archive is recorded at once in
+  ``compression_stored_archives`` (its own committed transaction); if anything fails after
+  something was stored, this attempt removes every archive it stored and deletes their records
+  before failing (CLP leaves its uploads behind). An archive that cannot be removed keeps its
+  record, so the coordinator's clean-up finds it.
+* **An ``fs`` archive output** is accepted (CLP's task requires S3).
+* **No column metadata.** CLP runs ``indexer`` per archive to fill
+  ``clp_{dataset}_column_metadata``; ``yscope-clp-core`` does not ship it, so that step is skipped:
+  archives are searchable, but the WebUI's per-column schema for the dataset stays empty.
+* **No unstructured logs.** ``unstructured = true`` needs CLP's ``log-converter``, which is not
+  shipped either: the task fails saying so rather than compressing text as if it were JSON.
+* **Default authentication inherits the worker's environment**: clp-s reads only the ``AWS_*``
+  variables, so credentials must be there (CLP resolves the SDK's default chain and exports it).
+  ``profile`` and ``env_vars`` (CLP's Python model only) are refused, as CLP's Rust task would.
+* **Object keys clp-s cannot fetch** (spaces, ``%``, ``?``, ``#``, non-ASCII, ``.``/``..``
+  segments) fail the task up front, naming the key (see ``coordinator.tasks.s3_urls``).
+* **Error text.** The clp-s failure message carries the last lines of its stderr without their
+  timestamps and with presigned query strings (``?X-Amz-…``) removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import IO, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from coordinator.serde import WireFormatError, decode_as
+from coordinator.store.clock import utc_now
+from coordinator.store.stored_archives import (
+    StoredArchiveRecord,
+    forget_stored_archives,
+    record_stored_archive,
+)
+from coordinator.task_io import (
+    ArchiveMetadata,
+    ClpSCompressionOption,
+    CompressionTaskOutput,
+    CredentialsAuthentication,
+    DefaultAuthentication,
+    S3InputSource,
+    decode_dataset,
+)
+from coordinator.tasks.archive_storage import ArchiveOutput, remove_archive, store_archive
+from coordinator.tasks.context import TaskContext, TaskError, WorkerSettings
+from coordinator.tasks.database import task_engine
+from coordinator.tasks.s3_urls import s3_object_url
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DATASET = "default"
+CLP_S_PACKAGE = "yscope_clp_core"
+OUTPUT_DIRECTORY = "archives"
+STDERR_LINES_KEPT = 3
+STDERR_CHARS_KEPT = 300
+
+_T = TypeVar("_T")
+_INPUT_NAMES = ("ClpSCompressionOption", "dataset", "S3InputSource")
+_LOG_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\S+\s+")
+_PRESIGNED_QUERY = re.compile(r"\?X-Amz-[^\s'\"]*")
+
+
+@dataclass(frozen=True)
+class _Request:
+    option: ClpSCompressionOption
+    dataset: str | None
+    source: S3InputSource
+
+    def objects(self) -> str:
+        """``M object(s) from <bucket> (<first key> and N more)`` for messages."""
+        keys = self.source.object_keys
+        first = keys[0] if len(keys[0]) <= 60 else f"{keys[0][:57]}…"
+        more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
+        return f"{len(keys)} object(s) from {self.source.bucket} ({first}{more})"
+
+
+def clp_s_s3_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    """Compress one partition's objects with clp-s, store and record the archives; their metadata.
+
+    Returns one payload, ``CompressionTaskOutput`` (the dataset input as given). Fails with
+    ``TaskError`` for undecodable inputs, ``unstructured`` input, objects that are missing or
+    cannot be fetched, a clp-s that cannot run, exits non-zero or prints an unparsable stats line,
+    and an archive that cannot be stored or recorded; whatever this attempt stored is removed and
+    forgotten first, and its scratch directory is always deleted.
+    """
+    request = _decode_inputs(inputs)
+    if request.option.unstructured:
+        raise TaskError(
+            "unstructured logs need CLP's log-converter, which this worker does not have "
+            "(yscope-clp-core ships only clp-s); only JSON logs (unstructured = false) can be "
+            f"compressed here: {request.objects()}"
+        )
+    settings = ctx.settings
+    clp_s_input = _clp_s_input(settings, request.source)
+    binary = _clp_s_binary(settings)
+    scratch = _scratch_directory(ctx)
+    stored: list[str] = []
+    try:
+        list_file = scratch / (
+            f"compression-{ctx.job_id}-{ctx.task_id}-{ctx.instance_id}-log-paths.txt"
+        )
+        list_file.write_text(
+            "".join(f"{entry}\n" for entry in clp_s_input.entries), encoding="utf-8"
+        )
+        output_directory = scratch / OUTPUT_DIRECTORY
+        output_directory.mkdir()
+        command = _clp_s_command(binary, request.option, clp_s_input, output_directory, list_file)
+        archives = _run_clp_s(command, clp_s_input.environment, request)
+        _store_and_record(
+            ctx, request.dataset or DEFAULT_DATASET, archives, output_directory, stored
+        )
+        return [CompressionTaskOutput(dataset=request.dataset, archives=archives).to_msgpack()]
+    except BaseException as error:
+        if stored:
+            _roll_back(ctx, settings.archive_output, stored, error)
+        raise
+    finally:
+        _remove_scratch(scratch)
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+
+def _decode_inputs(inputs: Sequence[bytes]) -> _Request:
+    if len(inputs) != len(_INPUT_NAMES):
+        raise TaskError(
+            f"the compress task takes {len(_INPUT_NAMES)} inputs ({', '.join(_INPUT_NAMES)}), "
+            f"got {len(inputs)}"
+        )
+    option = _decode_input(0, ClpSCompressionOption.from_msgpack, inputs)
+    dataset = _decode_input(1, decode_dataset, inputs)
+    source = _decode_input(2, S3InputSource.from_msgpack, inputs)
+    if not source.object_keys:
+        raise TaskError(f"S3InputSource of bucket {source.bucket} lists no objects to compress")
+    return _Request(option, dataset, source)
+
+
+def _decode_input(position: int, decode: Callable[[bytes], _T], inputs: Sequence[bytes]) -> _T:
+    try:
+        return decode(inputs[position])
+    except WireFormatError as error:
+        raise TaskError(
+            f"compress task input {position + 1} ({_INPUT_NAMES[position]}) is invalid: {error}"
+        ) from error
+
+
+@dataclass(frozen=True)
+class _ClpSInput:
+    entries: list[str]
+    """The lines of the list file: URLs, or local paths."""
+    environment: dict[str, str] | None
+    """clp-s's environment; ``None``: inherit this process's."""
+    s3: bool
+    """Whether the entries are S3 URLs (read with ``--auth s3``)."""
+
+
+def _clp_s_input(settings: WorkerSettings, source: S3InputSource) -> _ClpSInput:
+    if settings.object_store_directory is not None:
+        return _ClpSInput(_local_objects(settings.object_store_directory, source), None, s3=False)
+    environment = _credentials_environment(source)
+    urls = [
+        s3_object_url(source.endpoint_url, source.region_code, source.bucket, key)
+        for key in source.object_keys
+    ]
+    return _ClpSInput(urls, environment, s3=True)
+
+
+def _local_objects(directory: Path, source: S3InputSource) -> list[str]:
+    root = Path(os.path.abspath(directory))
+    bucket = source.bucket
+    if bucket in (".", "..") or "/" in bucket or "\0" in bucket:
+        raise TaskError(f"bucket {bucket!r} cannot be a directory of the local object store")
+    paths: list[str] = []
+    missing: list[str] = []
+    for key in source.object_keys:
+        # A key must stay inside <root>/<bucket> and fit on one line of the list file.
+        if (
+            not key
+            or key.startswith("/")
+            or any(character in key for character in "\0\n\r")
+            or any(segment in (".", "..") for segment in key.split("/"))
+        ):
+            raise TaskError(f"object key {key!r} of bucket {bucket} cannot be a local file path")
+        path = root / bucket / key
+        if not path.is_file():
+            missing.append(f"{bucket}/{key}")
+        paths.append(str(path))
+    if missing:
+        shown = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
+        raise TaskError(
+            f"{len(missing)} of {len(paths)} object(s) not found in the local object store "
+            f"{root}: {shown}"
+        )
+    return paths
+
+
+def _credentials_environment(source: S3InputSource) -> dict[str, str] | None:
+    authentication = source.aws_authentication
+    if isinstance(authentication, DefaultAuthentication):
+        return None
+    if not isinstance(authentication, CredentialsAuthentication):
+        raise TaskError(
+            f"S3 authentication {authentication.type!r} of bucket {source.bucket} is not supported "
+            "by the compress task (only 'default' and 'credentials')"
+        )
+    credentials = authentication.credentials
+    environment = dict(os.environ)
+    environment["AWS_ACCESS_KEY_ID"] = credentials.access_key_id
+    environment["AWS_SECRET_ACCESS_KEY"] = credentials.secret_access_key.get_secret_value()
+    if credentials.session_token is not None:
+        environment["AWS_SESSION_TOKEN"] = credentials.session_token.get_secret_value()
+    else:
+        # A token inherited from the worker belongs to other keys and would spoil the signature.
+        environment.pop("AWS_SESSION_TOKEN", None)
+    return environment
+
+
+# --- clp-s -------------------------------------------------------------------------------------
+
+
+def _clp_s_binary(settings: WorkerSettings) -> Path:
+    if settings.clp_s_path is not None:
+        binary = settings.clp_s_path
+    else:
+        try:
+            binary = Path(str(files(CLP_S_PACKAGE) / "bin" / "clp-s"))
+        except ModuleNotFoundError as error:
+            raise TaskError(
+                "no clp-s: clp_s_path is not set and yscope-clp-core is not installed"
+            ) from error
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        raise TaskError(f"clp-s at {binary} is missing or not executable")
+    return binary
+
+
+def _scratch_directory(ctx: TaskContext) -> Path:
+    staging = ctx.settings.staging_directory
+    try:
+        staging.mkdir(parents=True, exist_ok=True)
+        return Path(
+            tempfile.mkdtemp(
+                prefix=f"compression-{ctx.job_id}-{ctx.task_id}-{ctx.instance_id}-", dir=staging
+            )
+        )
+    except OSError as error:
+        raise TaskError(f"cannot create a scratch directory in {staging}: {error}") from error
+
+
+def _clp_s_command(
+    binary: Path,
+    option: ClpSCompressionOption,
+    clp_s_input: _ClpSInput,
+    output_directory: Path,
+    list_file: Path,
+) -> list[str]:
+    command = [
+        str(binary),
+        "c",
+        str(output_directory),
+        "--print-archive-stats",
+        "--target-encoded-size",
+        str(option.target_encoded_size),
+        "--compression-level",
+        str(option.compression_level),
+        "--single-file-archive",
+    ]
+    if clp_s_input.s3:
+        command += ["--auth", "s3"]
+    if option.timestamp_key is not None:
+        command += ["--timestamp-key", option.timestamp_key]
+    return [*command, "--files-from", str(list_file)]
+
+
+def _run_clp_s(
+    command: list[str], environment: dict[str, str] | None, request: _Request
+) -> list[ArchiveMetadata]:
+    """The stats of the archives clp-s wrote; ``TaskError`` unless it exits 0 with valid stats."""
+    stderr_tail: deque[str] = deque(maxlen=50)
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environment,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+        )
+    except OSError as error:
+        raise TaskError(f"cannot run clp-s ({command[0]}): {error}") from error
+    with process:
+        assert process.stdout is not None and process.stderr is not None
+        # Both pipes must be read at once, or clp-s blocks on whichever fills up first.
+        drainer = threading.Thread(
+            target=_drain, args=(process.stderr, stderr_tail), name="clp-s stderr", daemon=True
+        )
+        drainer.start()
+        try:
+            archives = _read_stats(process.stdout, request)
+        except BaseException:
+            process.kill()
+            raise
+        finally:
+            returncode = process.wait()
+            drainer.join()
+    if returncode != 0:
+        raise TaskError(
+            f"{_exit_description(returncode)} while compressing {request.objects()}: "
+            f"{_stderr_summary(stderr_tail)}"
+        )
+    return archives
+
+
+def _drain(stream: IO[str], tail: deque[str]) -> None:
+    for line in stream:
+        tail.append(line)
+
+
+def _read_stats(stdout: Iterable[str], request: _Request) -> list[ArchiveMetadata]:
+    archives: list[ArchiveMetadata] = []
+    for line in stdout:
+        if not line.strip():
+            continue
+        try:
+            stats = json.loads(line)
+            if not isinstance(stats, dict):
+                raise ValueError("not a JSON object")
+            archives.append(decode_as(ArchiveMetadata, stats))
+        except ValueError as error:
+            shown = line.strip()
+            shown = shown if len(shown) <= 120 else f"{shown[:117]}…"
+            raise TaskError(
+                f"clp-s printed an unparsable archive stats line while compressing "
+                f"{request.objects()}: {error}: {shown!r}"
+            ) from error
+    return archives
+
+
+def _exit_description(returncode: int) -> str:
+    if returncode >= 0:
+        return f"clp-s exited with {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"clp-s exited with {returncode} ({name})"
+
+
+def _stderr_summary(lines: Iterable[str]) -> str:
+    """The last lines of clp-s's stderr, without log timestamps and signed query strings."""
+    kept = [
+        _PRESIGNED_QUERY.sub("?…", _LOG_TIMESTAMP.sub("", line.strip()))
+        for line in lines
+        if line.strip()
+    ][-STDERR_LINES_KEPT:]
+    if not kept:
+        return "(nothing on stderr)"
+    summary = " / ".join(kept)
+    if len(summary) > STDERR_CHARS_KEPT:
+        summary = f"…{summary[-(STDERR_CHARS_KEPT - 1) :]}"
+    return summary
+
+
+# --- storing, recording, rolling back ----------------------------------------------------------
+
+
+def _store_and_record(
+    ctx: TaskContext,
+    dataset: str,
+    archives: Sequence[ArchiveMetadata],
+    output_directory: Path,
+    stored: list[str],
+) -> None:
+    """Store each archive and record it at once; ``stored`` gains each location as it is stored."""
+    output = ctx.settings.archive_output
+    engine = task_engine(ctx.settings)
+    for archive in archives:
+        location = store_archive(output, output_directory / archive.id, dataset, archive.id)
+        stored.append(location)
+        record = StoredArchiveRecord(
+            spider_job_id=ctx.job_id,
+            task_id=ctx.task_id,
+            instance_id=ctx.instance_id,
+            dataset=dataset,
+            archive_id=archive.id,
+            location=location,
+            size=archive.size,
+            stored_at=utc_now(),
+        )
+        try:
+            with engine.begin() as connection:
+                record_stored_archive(connection, record)
+        except SQLAlchemyError as error:
+            raise TaskError(
+                f"cannot record archive {archive.id} stored at {location}: {error}"
+            ) from error
+
+
+def _roll_back(
+    ctx: TaskContext, output: ArchiveOutput, locations: Sequence[str], failure: BaseException
+) -> None:
+    """Remove what this attempt stored, then forget the records of what is gone."""
+    removed: list[str] = []
+    problems: list[str] = []
+    for location in locations:
+        try:
+            remove_archive(output, location)
+            removed.append(location)
+        except Exception as error:
+            problems.append(f"{location}: {error}")
+    if removed:
+        try:
+            with task_engine(ctx.settings).begin() as connection:
+                forget_stored_archives(connection, ctx.job_id, removed)
+        except SQLAlchemyError as error:
+            problems.append(f"records of removed archives: {error}")
+    if problems:
+        message = "; ".join(problems)
+        logger.error(
+            "compress task %s/%s#%s: after %s, clean-up left: %s",
+            ctx.job_id,
+            ctx.task_id,
+            ctx.instance_id,
+            type(failure).__name__,
+            message,
+        )
+        failure.add_note(f"clean-up after this failure was incomplete: {message}")
+
+
+def _remove_scratch(scratch: Path) -> None:
+    try:
+        shutil.rmtree(scratch)
+    except OSError as error:
+        logger.warning("cannot remove the scratch directory %s: %s", scratch, error)
