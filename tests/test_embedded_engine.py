@@ -307,3 +307,16 @@ def test_a_soft_timeout_starts_one_duplicate_within_the_instance_limit(
         assert wait_for(spider, twice, *DONE) is JobState.SUCCEEDED
     assert len([e for e in journal(spider_dir, alone) if e["event"] == "start"]) == 1
     assert len(wait_for_journal(spider_dir, twice, "start", 2)) == 2
+
+
+def test_a_lost_report_then_a_failing_rerun_fails_the_job_after_the_commit(
+    migrated_engine: Engine, spider_dir: Path
+) -> None:
+    """A4: the first commit took effect but its report was lost; the re-run fails → Failed."""
+    with running_engine(migrated_engine, spider_dir) as spider:
+        spider.inject(Fault("lose_report", task="commit"))
+        spider.inject(Fault("fail", task="commit", message="job is no longer running"))
+        job_id = _run(spider, graph(task("echo"), commit=policy(retries=0)), [b"a"])
+        assert wait_for(spider, job_id, *DONE) is JobState.FAILED
+        assert spider.get_job_error(job_id) == "in-task failure: job is no longer running"
+    assert len(wait_for_journal(spider_dir, job_id, "commit")) == 1  # the effects happened once
