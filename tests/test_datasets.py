@@ -40,9 +40,8 @@ def test_a_missing_dataset_is_clps_default() -> None:
 
 
 def test_dataset_tables_are_created_on_demand_and_only_once(migrated_engine: Engine) -> None:
-    with migrated_engine.begin() as connection:
-        ensure_dataset_tables(connection, "web_logs")
-        ensure_dataset_tables(connection, "web_logs")
+    ensure_dataset_tables(migrated_engine, "web_logs")
+    ensure_dataset_tables(migrated_engine, "web_logs")
     inspector = inspect(migrated_engine)
     assert {"clp_web_logs_archives", "clp_web_logs_column_metadata"} <= set(
         inspector.get_table_names()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.port import (
     InvalidArgument,
@@ -42,13 +43,14 @@ def spider_dir(tmp_path: Path) -> Path:
     return tmp_path / "worker"
 
 
-def _run(spider_engine: object, task_graph: TaskGraph, inputs: list[bytes]) -> int:
-    from coordinator.spider.embedded.engine import EmbeddedSpider
-
-    assert isinstance(spider_engine, EmbeddedSpider)
-    group = spider_engine.add_resource_group(f"rg-{time.monotonic_ns()}", PASSWORD)
-    job_id = submit(spider_engine, group, task_graph, inputs)
-    assert start_if_ready(spider_engine, job_id) is JobState.RUNNING
+def _run(spider: EmbeddedSpider, task_graph: TaskGraph, inputs: list[bytes], *faults: Fault) -> int:
+    """Register and start a job; ``faults`` apply to this job only."""
+    group = spider.add_resource_group(f"rg-{time.monotonic_ns()}", PASSWORD)
+    job_id = submit(spider, group, task_graph, inputs)
+    for fault in faults:
+        fault.job_id = job_id
+        spider.inject(fault)
+    assert start_if_ready(spider, job_id) is JobState.RUNNING
     return job_id
 
 
@@ -272,11 +274,19 @@ def test_a_lost_commit_report_runs_the_commit_again(
 def test_failed_after_the_commit_took_effect(migrated_engine: Engine, spider_dir: Path) -> None:
     """A1/A2: the commit's effects happen, then the instance is lost; no retries left → Failed."""
     with running_engine(migrated_engine, spider_dir) as spider:
-        spider.inject(Fault("hard_timeout", task="commit", after_effects=True))
         quick_commit = policy(soft_ms=1_000, hard_ms=1_500)
-        timed_out = _run(spider, graph(task("echo"), commit=quick_commit), [b"a"])
-        spider.inject(Fault("crash", task="commit", after_effects=True))
-        crashed = _run(spider, graph(task("echo")), [b"b"])
+        timed_out = _run(
+            spider,
+            graph(task("echo"), commit=quick_commit),
+            [b"a"],
+            Fault("hard_timeout", task="commit", after_effects=True),
+        )
+        crashed = _run(
+            spider,
+            graph(task("echo")),
+            [b"b"],
+            Fault("crash", task="commit", after_effects=True),
+        )
         assert wait_for(spider, timed_out, *DONE) is JobState.FAILED
         assert wait_for(spider, crashed, *DONE) is JobState.FAILED
         assert spider.get_job_error(timed_out) == "hard timeout (1500 ms) exceeded"
