@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import TracebackType
-from typing import Self, cast
+from typing import Any, Self, cast
 
 from sqlalchemy import Engine, Table, insert, select, update
 
@@ -314,25 +314,21 @@ class EmbeddedSpider:
 
     def get_job_outputs(self, job_id: int) -> list[bytes]:
         """Graph outputs of a ``Succeeded`` job; ``InvalidJobState`` otherwise."""
-        state = self.get_job_state(job_id)
-        if state is not JobState.SUCCEEDED:
-            raise InvalidJobState(f"job {job_id} is {STATE_NAMES[state]}, not Succeeded")
-        with self._db.connect() as connection:
-            outputs = connection.execute(
-                select(_jobs_table.c.outputs).where(_jobs_table.c.id == job_id)
-            ).scalar_one()
+        outputs = self._stored_result(job_id, JobState.SUCCEEDED, _jobs_table.c.outputs)
         return decode_job_outputs(bytes(outputs)) if outputs is not None else []
 
     def get_job_error(self, job_id: int) -> str:
         """The failure message of a ``Failed`` job; ``InvalidJobState`` otherwise."""
+        return str(self._stored_result(job_id, JobState.FAILED, _jobs_table.c.error_message) or "")
+
+    def _stored_result(self, job_id: int, required: JobState, column: Any) -> Any:
         state = self.get_job_state(job_id)
-        if state is not JobState.FAILED:
-            raise InvalidJobState(f"job {job_id} is {STATE_NAMES[state]}, not Failed")
+        if state is not required:
+            raise InvalidJobState(
+                f"job {job_id} is {STATE_NAMES[state]}, not {STATE_NAMES[required]}"
+            )
         with self._db.connect() as connection:
-            message = connection.execute(
-                select(_jobs_table.c.error_message).where(_jobs_table.c.id == job_id)
-            ).scalar_one()
-        return str(message or "")
+            return connection.execute(select(column).where(_jobs_table.c.id == job_id)).scalar_one()
 
     # --- scheduling (called by execution managers) ------------------------------------------
 
