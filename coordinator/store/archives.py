@@ -114,8 +114,8 @@ def publish_archives(
             ),
         )
         if not isinstance(result, Applied):
-            # The row was locked above, so only a foreign writer ignoring the lock gets here.
-            connection.rollback()
+            # The row was locked above, so only a foreign writer ignoring the lock gets here; the
+            # exception rolls the archive rows back.
             raise CommitRefused(f"job {row.id}: the commit lost its compare-and-set: {result}")
     return PublishResult(row.id, Publication.PUBLISHED, len(archives))
 

@@ -1,0 +1,528 @@
+"""The coordinator loop: claim, prepare, submit, poll, react; decisions from the row and Spider.
+
+Each ``tick``:
+
+1. **Leases.** Renew the leases of the jobs this coordinator drives (a job whose lease another
+   coordinator took over is dropped at once); every write for a job is fenced by its lease epoch.
+2. **Cancel requests.** A driven job an operator asked to cancel: Pending → Killed directly; Running
+   → ``CancelJob`` through the safe helper (never in CommitReady; the outcome then decides).
+3. **Claim** up to ``max_concurrent_jobs`` minus the jobs already driven (taken-over ones included,
+   hazard H6): first in-flight jobs whose coordinator died, then Pending ``s3_object_metadata``
+   jobs. Jobs of other input types are never written (H1).
+4. **Submit** each claimed Pending job: prepare it (objects, partitions, graph; an impossible job
+   ends Failed with the reason), create the dataset's tables, RegisterJob, record ``spider_id`` with
+   Pending → Running in one guarded transition, and only then StartJob (state first). If the
+   record fails, the registered Spider job is cancelled so nothing runs untracked.
+5. **Poll** each in-flight job when due, backing off from ``result_polling.init`` to ``max``, and
+   react to a terminal Spider state:
+
+   ===========  =============  ============================================================
+   Spider       row            move
+   ===========  =============  ============================================================
+   Succeeded    Committed      finalised → Succeeded
+   Failed       Running        failed → Failed, Spider's error in ``status_msg``
+   Cancelled    Running        killed → Killed
+   Failed       Committed      rolled_back → Failed: archive rows deleted in the same
+                               transaction, then the archive files removed
+   Cancelled    Committed      rolled_back → Killed (likewise)
+   unknown      Running        failed: Spider no longer knows the job (its storage was reset)
+   unknown      Committed      finalised: the publication is complete and stands
+   any          terminal       nothing (a Succeeded job is never overwritten; a KILLED written
+                               by CLP's legacy scheduler stays, H2)
+   ===========  =============  ============================================================
+
+6. **Clean up** stored archives that are not published, for jobs that ended, and periodically.
+
+A restart is not a special case: the next instance claims what is left (with a stable
+``instance_id`` at once, else when the leases expire). A database or Spider outage makes a tick
+fail or a call be retried later; no job state is written on a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from coordinator.config.clp import CompressionCoordinator
+from coordinator.job_config import S3_OBJECT_METADATA, UndecodableJobConfig, peek_input_type
+from coordinator.lifecycle import Actor, JobStatus
+from coordinator.service.cleanup import (
+    failed_jobs_with_stored_archives,
+    remove_unpublished_archives,
+)
+from coordinator.service.crashpoints import crashpoint
+from coordinator.service.logs import job_fields
+from coordinator.service.prepare import JobRejected, dataset_of, prepare
+from coordinator.service.resource_group import ResourceGroup, ResourceGroupUnavailable
+from coordinator.spider.port import (
+    InvalidArgument,
+    JobNotFound,
+    JobState,
+    SpiderError,
+    SpiderPort,
+    Unauthenticated,
+    cancel_if_safe,
+    start_if_ready,
+)
+from coordinator.store import leases
+from coordinator.store.archives import withdraw_archives
+from coordinator.store.datasets import ensure_dataset_tables
+from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
+from coordinator.store.jobs import JobStore
+from coordinator.tasks.context import ArchiveOutputSettings
+
+_log = logging.getLogger(__name__)
+
+SPIDER_FAILED = "The Spider compression job failed: {}"
+SPIDER_CANCELLED = "The Spider compression job was cancelled."
+SWEEP_INTERVAL_SECS = 60.0
+
+
+def default_instance_id() -> str:
+    """A name unique to this process: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class DrivenJob:
+    """A job this coordinator holds the lease of."""
+
+    job_id: int
+    epoch: int
+    status: JobStatus
+    spider_id: int | None
+    dataset: str
+    clp_config: bytes
+    backoff_ms: int
+    next_poll: float = 0.0
+    cancel_sent: bool = False
+    retry_submit_at: float = 0.0
+
+    def log(self) -> dict[str, object]:
+        return job_fields(self.job_id, self.spider_id)
+
+
+@dataclass
+class TickReport:
+    """What a tick did (for ``--until-idle`` and progress displays)."""
+
+    claimed: int = 0
+    driven: int = 0
+    concluded: list[int] = field(default_factory=list)
+
+
+class Coordinator:
+    """Drives ``s3_object_metadata`` compression jobs through Spider; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        spider: SpiderPort,
+        settings: CompressionCoordinator,
+        archive_output: ArchiveOutputSettings,
+        instance_id: str | None = None,
+        lease_duration: timedelta = timedelta(seconds=30),
+        owns_undecodable_jobs: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.store = JobStore(engine)
+        self.spider = spider
+        self.settings = settings
+        self.archive_output = archive_output
+        self.instance_id = instance_id or default_instance_id()
+        self.lease_duration = lease_duration
+        self.owns_undecodable_jobs = owns_undecodable_jobs
+        self.resource_group = ResourceGroup(engine, spider, settings.resource_group.name)
+        self.driven: dict[int, DrivenJob] = {}
+        self.stopping = threading.Event()
+        self._monotonic = clock
+        self._foreign: set[int] = set()
+        self._next_renewal = 0.0
+        self._next_sweep = 0.0
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def run(self, *, until_idle: bool = False) -> None:
+        """Tick until ``stopping`` is set (or, with ``until_idle``, nothing is left to do)."""
+        interval = self.settings.job_polling_interval_millisecs / 1000
+        while not self.stopping.is_set():
+            try:
+                report = self.tick()
+            except SQLAlchemyError:
+                _log.exception("database unavailable; retrying")
+                self.stopping.wait(max(interval, 1.0))
+                continue
+            if until_idle and not self.driven and report.claimed == 0:
+                break
+            self.stopping.wait(self._pause(interval))
+        self.release_leases()
+
+    def tick(self) -> TickReport:
+        """One round of the loop; raises SQLAlchemy's errors when the database is unavailable."""
+        report = TickReport()
+        self._renew_leases()
+        self._serve_cancel_requests()
+        if not self.stopping.is_set():
+            report.claimed = self._claim()
+        for job in list(self.driven.values()):
+            if self.stopping.is_set() and job.status is JobStatus.PENDING:
+                continue
+            if job.status is JobStatus.PENDING and self._monotonic() >= job.retry_submit_at:
+                self._submit(job)
+            elif (
+                job.status is not JobStatus.PENDING
+                and self._monotonic() >= job.next_poll
+                and self._poll(job)
+            ):
+                report.concluded.append(job.job_id)
+        self._sweep()
+        report.driven = len(self.driven)
+        return report
+
+    def release_leases(self) -> None:
+        """Give up every lease now, so another coordinator (or the next start) continues at once."""
+        held = {job.job_id: job.epoch for job in self.driven.values()}
+        if held:
+            try:
+                leases.release(self.engine, held, owner=self.instance_id, now=self.store.clock())
+            except SQLAlchemyError:
+                _log.warning("could not release %d lease(s); they will expire", len(held))
+
+    def _pause(self, interval: float) -> float:
+        polls = [
+            job.next_poll for job in self.driven.values() if job.status is not JobStatus.PENDING
+        ]
+        if not polls:
+            return interval
+        return max(0.01, min(interval, min(polls) - self._monotonic()))
+
+    # --- leases, claims, cancel requests ------------------------------------------------------
+
+    def _renew_leases(self) -> None:
+        now = self._monotonic()
+        if now < self._next_renewal or not self.driven:
+            return
+        self._next_renewal = now + self.lease_duration.total_seconds() / 3
+        lost = leases.renew(
+            self.engine,
+            {job.job_id: job.epoch for job in self.driven.values()},
+            owner=self.instance_id,
+            expires=self.store.clock() + self.lease_duration,
+        )
+        for job_id in lost:
+            job = self.driven.pop(job_id)
+            _log.warning("lease lost: another coordinator took the job over", extra=job.log())
+
+    def _claim(self) -> int:
+        capacity = self.settings.max_concurrent_jobs - len(self.driven)
+        now = self.store.clock()
+        taken = leases.take_over_in_flight(
+            self.engine,
+            owner=self.instance_id,
+            lease=self.lease_duration,
+            now=now,
+            limit=capacity,
+            skip=list(self.driven),
+        )
+        claimed = leases.claim_pending(
+            self.engine,
+            owner=self.instance_id,
+            lease=self.lease_duration,
+            now=now,
+            limit=capacity - len(taken),
+            is_ours=self._is_ours,
+            skip=self._foreign | set(self.driven),
+        )
+        init = self.settings.result_polling.init_backoff_millisecs
+        for lease in [*taken, *claimed]:
+            job = DrivenJob(
+                job_id=lease.job_id,
+                epoch=lease.epoch,
+                status=lease.status,
+                spider_id=lease.spider_id,
+                dataset=dataset_of(lease.clp_config),
+                clp_config=lease.clp_config,
+                backoff_ms=init,
+            )
+            self.driven[job.job_id] = job
+            verb = "took over" if lease.status is not JobStatus.PENDING else "claimed"
+            _log.info("%s job (%s)", verb, lease.status.label, extra=job.log())
+            crashpoint("claimed")
+        return len(taken) + len(claimed)
+
+    def _is_ours(self, job_id: int, clp_config: bytes) -> bool:
+        try:
+            ours = peek_input_type(clp_config) == S3_OBJECT_METADATA
+        except UndecodableJobConfig:
+            ours = self.owns_undecodable_jobs
+        if not ours:
+            self._foreign.add(job_id)
+        return ours
+
+    def _serve_cancel_requests(self) -> None:
+        requested = leases.cancel_requests(self.engine, list(self.driven))
+        for job_id in requested:
+            job = self.driven.get(job_id)
+            if job is None:
+                continue
+            if job.status is JobStatus.PENDING:
+                self._move(
+                    job,
+                    "cancelled",
+                    JobStatus.KILLED,
+                    "Cancelled by an operator before submission.",
+                )
+            elif job.status is JobStatus.RUNNING and not job.cancel_sent and job.spider_id:
+                try:
+                    state = cancel_if_safe(self.spider, job.spider_id)
+                except SpiderError as error:
+                    _log.warning("cancel request not delivered yet: %s", error, extra=job.log())
+                    continue
+                job.cancel_sent = state is not JobState.COMMIT_READY
+                job.next_poll = 0.0
+                _log.info("cancel requested; Spider job is %s", state.name, extra=job.log())
+
+    # --- submission ---------------------------------------------------------------------------
+
+    def _submit(self, job: DrivenJob) -> None:
+        try:
+            prepared = prepare(self.engine, job.clp_config, self.settings)
+        except JobRejected as rejection:
+            self._move(job, "rejected", JobStatus.FAILED, str(rejection))
+            return
+        try:
+            ensure_dataset_tables(self.engine, prepared.dataset)
+            group = self.resource_group.id()
+        except (DBAPIError, SpiderError, ResourceGroupUnavailable) as error:
+            self._retry_later(job, f"cannot submit yet: {error}")
+            return
+        submission = prepared.submission
+        try:
+            spider_id = self.spider.register_job(
+                group, submission.compressed_task_graph(), submission.compressed_inputs()
+            )
+        except InvalidArgument as error:
+            message = f"Compression job failed: Spider rejected the task graph: {error}"
+            self._move(job, "rejected", JobStatus.FAILED, message)
+            return
+        except Unauthenticated:
+            self.resource_group.invalidate()  # Spider's storage was reset (H11)
+            self._retry_later(job, "Spider does not know the resource group; registering it again")
+            return
+        except SpiderError as error:
+            # Not retried blindly: the registration may have happened (an orphan Ready job).
+            self._retry_later(job, f"RegisterJob failed, the job stays Pending: {error}")
+            return
+        crashpoint("registered")
+        job.spider_id = spider_id
+        result = self.store.transition(
+            TransitionRequest(
+                job.job_id,
+                "submitted",
+                JobStatus.PENDING,
+                JobStatus.RUNNING,
+                Actor.COORDINATOR,
+                reason=(
+                    f"{prepared.num_objects} object(s) in {prepared.num_tasks} task(s), "
+                    f"Spider job {spider_id}"
+                ),
+                actor_id=self.instance_id,
+                spider_id=spider_id,
+                num_tasks=prepared.num_tasks,
+                fence=job.epoch,
+            )
+        )
+        if not isinstance(result, Applied):
+            self._abandon_registration(job, spider_id, result)
+            return
+        crashpoint("submitted")
+        job.status = JobStatus.RUNNING
+        _log.info("submitted: %d task(s)", prepared.num_tasks, extra=job.log())
+        try:
+            start_if_ready(self.spider, spider_id)
+        except SpiderError as error:
+            _log.warning("StartJob failed; polling will retry: %s", error, extra=job.log())
+        crashpoint("started")
+        job.next_poll = self._monotonic() + job.backoff_ms / 1000
+
+    def _abandon_registration(
+        self, job: DrivenJob, spider_id: int, result: TransitionResult
+    ) -> None:
+        _log.warning(
+            "recording the submission failed (%s); cancelling Spider job %d",
+            result,
+            spider_id,
+            extra=job.log(),
+        )
+        try:
+            cancel_if_safe(self.spider, spider_id)
+        except SpiderError as error:
+            _log.error(
+                "could not cancel orphan Spider job %d: %s", spider_id, error, extra=job.log()
+            )
+        self.driven.pop(job.job_id, None)
+
+    def _retry_later(self, job: DrivenJob, why: str) -> None:
+        _log.warning(why, extra=job.log())
+        job.retry_submit_at = self._monotonic() + max(1.0, job.backoff_ms / 1000)
+
+    # --- outcomes -----------------------------------------------------------------------------
+
+    def _poll(self, job: DrivenJob) -> bool:
+        """Poll one in-flight job; whether it concluded (and is no longer driven)."""
+        assert job.spider_id is not None
+        try:
+            state: JobState | None = self.spider.get_job_state(job.spider_id)
+        except JobNotFound:
+            state = None
+        except SpiderError as error:
+            _log.warning("Spider unavailable: %s", error, extra=job.log())
+            self._back_off(job)
+            return False
+        if state is JobState.READY:
+            try:
+                start_if_ready(self.spider, job.spider_id)
+            except SpiderError as error:
+                _log.warning("StartJob failed: %s", error, extra=job.log())
+            self._back_off(job)
+            return False
+        if state is not None and not state.is_terminal:
+            self._back_off(job)
+            return False
+        crashpoint("finalising")
+        self._conclude(job, state)
+        return True
+
+    def _back_off(self, job: DrivenJob) -> None:
+        job.next_poll = self._monotonic() + job.backoff_ms / 1000
+        job.backoff_ms = min(job.backoff_ms * 2, self.settings.result_polling.max_backoff_millisecs)
+
+    def _conclude(self, job: DrivenJob, state: JobState | None) -> None:
+        row = self.store.get(job.job_id)
+        if row is None or row.status not in (JobStatus.RUNNING, JobStatus.COMMITTED):
+            self.driven.pop(job.job_id, None)  # terminal (never overwritten) or gone
+            return
+        job.status = JobStatus(row.status)
+        committed = job.status is JobStatus.COMMITTED
+        if state is JobState.SUCCEEDED:
+            if committed:
+                self._move(job, "finalised", JobStatus.SUCCEEDED, "Spider reports success.")
+            else:
+                message = "Spider reports success but the commit did not publish the archives."
+                self._move(job, "failed", JobStatus.FAILED, message)
+        elif state is JobState.FAILED:
+            message = SPIDER_FAILED.format(self._spider_error(job))
+            self._end_badly(job, committed, JobStatus.FAILED, message)
+        elif state is JobState.CANCELLED:
+            self._end_badly(job, committed, JobStatus.KILLED, SPIDER_CANCELLED)
+        elif committed:  # Spider no longer knows the job, but the publication is complete
+            reason = f"Spider no longer knows job {job.spider_id}; the published commit stands."
+            self._move(job, "finalised", JobStatus.SUCCEEDED, reason)
+        else:
+            message = (
+                f"Spider no longer knows job {job.spider_id} (its storage may have been reset); "
+                "nothing was published"
+            )
+            self._move(job, "failed", JobStatus.FAILED, message)
+        self._clean_up(job)
+
+    def _end_badly(self, job: DrivenJob, committed: bool, target: JobStatus, message: str) -> None:
+        if not committed:
+            self._move(job, "failed" if target is JobStatus.FAILED else "killed", target, message)
+            return
+        assert job.spider_id is not None
+        spider_id, dataset = job.spider_id, job.dataset
+
+        def withdraw(connection: object, _: Applied) -> None:
+            withdrawn = withdraw_archives(connection, dataset, spider_id)  # type: ignore[arg-type]
+            _log.info("rolled back %d published archive(s)", len(withdrawn), extra=job.log())
+
+        self._move(
+            job,
+            "rolled_back",
+            target,
+            f"{message} The published archives were withdrawn.",
+            effects=withdraw,
+        )
+
+    def _spider_error(self, job: DrivenJob) -> str:
+        assert job.spider_id is not None
+        try:
+            return self.spider.get_job_error(job.spider_id)
+        except SpiderError as error:
+            return f"<failed to fetch job error: {error}>"
+
+    def _move(
+        self,
+        job: DrivenJob,
+        trigger: str,
+        target: JobStatus,
+        reason: str,
+        effects: Callable[..., None] | None = None,
+    ) -> TransitionResult:
+        result = self.store.transition(
+            TransitionRequest(
+                job.job_id,
+                trigger,
+                job.status,
+                target,
+                Actor.COORDINATOR,
+                reason=reason,
+                actor_id=self.instance_id,
+                spider_id=job.spider_id,
+                fence=job.epoch,
+            ),
+            effects=effects,
+        )
+        if isinstance(result, Applied):
+            job.status = target
+            _log.info("%s → %s: %s", trigger, target.label, reason, extra=job.log())
+        elif isinstance(result, LostRace):
+            _log.info("lost a race: %s", result.describe(), extra=job.log())
+        if target.is_terminal or not isinstance(result, Applied):
+            self.driven.pop(job.job_id, None)
+        return result
+
+    # --- clean-up -------------------------------------------------------------------------------
+
+    def _clean_up(self, job: DrivenJob) -> None:
+        if job.spider_id is None:
+            return
+        try:
+            removed = remove_unpublished_archives(
+                self.engine, job.spider_id, job.dataset, self.archive_output
+            )
+        except SQLAlchemyError:
+            _log.exception("clean-up failed; the sweep will retry", extra=job.log())
+            return
+        if removed:
+            _log.info("removed %d unpublished archive(s)", removed, extra=job.log())
+
+    def _sweep(self) -> None:
+        now = self._monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_INTERVAL_SECS
+        grace = self.store.clock() - timedelta(seconds=SWEEP_INTERVAL_SECS)
+        for job_id, spider_id, clp_config in failed_jobs_with_stored_archives(self.engine, grace):
+            if job_id in self.driven:
+                continue
+            removed = remove_unpublished_archives(
+                self.engine, spider_id, dataset_of(clp_config), self.archive_output
+            )
+            if removed:
+                _log.info(
+                    "sweep removed %d archive(s)", removed, extra=job_fields(job_id, spider_id)
+                )

@@ -1,0 +1,190 @@
+"""Submitting compression jobs the way CLP's log-ingestor does (``submit`` and ``demo``).
+
+1. Optionally put files into the object store: the embedded default's directory
+   (``<objects>/<bucket>/<prefix><name>``) or S3 (``s3://<bucket>/<prefix><name>``).
+2. Register every object under the prefix as ``ingested_s3_object_metadata`` of a new
+   ``ingestion_job``.
+3. Insert the compression job with the ``clp_config`` log-ingestor writes (every key, ``type``
+   ``s3_object_metadata``, ``dataset`` always set) and mark the objects ``submitted``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from coordinator.config.clp import S3IngestionConfig
+from coordinator.config.loader import CoordinatorConfig
+from coordinator.job_config import (
+    ClpIoConfig,
+    OutputConfig,
+    S3ObjectMetadataInputConfig,
+    encode_clp_io_config,
+)
+from coordinator.store.ingestion import (
+    create_ingestion_job,
+    register_objects,
+    submit_compression_job,
+)
+from coordinator.store.names import DEFAULT_DATASET, validate_dataset_name
+from coordinator.task_io import (
+    AwsAuthentication,
+    AwsCredentials,
+    CredentialsAuthentication,
+    DefaultAuthentication,
+)
+
+DEFAULT_BUCKET = "logs"
+DEFAULT_PREFIX = "ingest/"
+
+
+class IngestError(ValueError):
+    """Nothing to submit, or a file or object that cannot be ingested; the message says which."""
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """Where ``submit`` reads objects when the logs input is S3 (not the local object store)."""
+
+    endpoint_url: str | None = None
+    region_code: str | None = None
+
+
+def _authentication(config: CoordinatorConfig) -> AwsAuthentication:
+    logs_input = config.clp.logs_input
+    if isinstance(logs_input, S3IngestionConfig) and logs_input.aws_authentication.credentials:
+        credentials = logs_input.aws_authentication.credentials
+        return CredentialsAuthentication(
+            credentials=AwsCredentials(
+                access_key_id=credentials.access_key_id,
+                secret_access_key=credentials.secret_access_key,
+                session_token=credentials.session_token,
+            )
+        )
+    return DefaultAuthentication()
+
+
+def uses_s3(config: CoordinatorConfig) -> bool:
+    """Whether logs come from S3 (else from the local object store)."""
+    return isinstance(config.clp.logs_input, S3IngestionConfig)
+
+
+def put_files(
+    config: CoordinatorConfig,
+    paths: Sequence[Path],
+    *,
+    bucket: str,
+    prefix: str,
+    s3: S3Location = S3Location(),
+) -> list[str]:
+    """Copy or upload ``paths`` to ``<bucket>/<prefix><file name>``; the keys written.
+
+    Raises ``IngestError`` for a path that is not a readable file.
+    """
+    keys = []
+    for path in paths:
+        if not path.is_file():
+            raise IngestError(f"{path} is not a file")
+        key = f"{prefix}{path.name}"
+        if uses_s3(config):
+            _s3_client(config, s3).upload_file(str(path), bucket, key)
+        else:
+            target = config.object_store_directory / bucket / key
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        keys.append(key)
+    return keys
+
+
+def list_objects(
+    config: CoordinatorConfig, *, bucket: str, prefix: str, s3: S3Location = S3Location()
+) -> list[tuple[str, str, int]]:
+    """``(bucket, key, size)`` of every object under the prefix, in key order."""
+    if uses_s3(config):
+        client = _s3_client(config, s3)
+        found = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            found += [(bucket, item["Key"], int(item["Size"])) for item in page.get("Contents", [])]
+        return sorted(found)
+    root = config.object_store_directory / bucket
+    return sorted(
+        (bucket, str(path.relative_to(root)), path.stat().st_size)
+        for path in root.rglob("*")
+        if path.is_file() and str(path.relative_to(root)).startswith(prefix)
+    )
+
+
+def submit_job(
+    config: CoordinatorConfig,
+    engine: Engine,
+    *,
+    bucket: str = DEFAULT_BUCKET,
+    prefix: str = DEFAULT_PREFIX,
+    dataset: str | None = None,
+    timestamp_key: str | None = None,
+    s3: S3Location = S3Location(),
+) -> int:
+    """Register the objects under ``<bucket>/<prefix>`` and insert their compression job; its id.
+
+    Raises ``IngestError`` when there are no objects or the prefix is empty (CLP requires one),
+    ``InvalidDatasetName``, and the database's errors.
+    """
+    if not prefix:
+        raise IngestError("the key prefix must not be empty (CLP requires one)")
+    dataset = validate_dataset_name(dataset or DEFAULT_DATASET)
+    objects = list_objects(config, bucket=bucket, prefix=prefix, s3=s3)
+    if not objects:
+        raise IngestError(f"no objects under {bucket}/{prefix}")
+    ingestion_job = create_ingestion_job(engine, bucket=bucket, key_prefix=prefix, dataset=dataset)
+    ids = register_objects(engine, ingestion_job, objects)
+    output = config.clp.archive_output
+    clp_config = ClpIoConfig(
+        input=S3ObjectMetadataInputConfig(
+            bucket=bucket,
+            region_code=s3.region_code,
+            key_prefix=prefix,
+            endpoint_url=s3.endpoint_url,
+            aws_authentication=_authentication(config),
+            ingestion_job_id=ingestion_job,
+            s3_object_metadata_ids=ids,
+            dataset=dataset,
+            timestamp_key=timestamp_key,
+            unstructured=False,
+        ),
+        output=OutputConfig(
+            target_archive_size=output.target_archive_size,
+            target_dictionaries_size=output.target_dictionaries_size,
+            target_encoded_file_size=output.target_encoded_file_size,
+            target_segment_size=output.target_segment_size,
+            compression_level=output.compression_level,
+        ),
+    )
+    return submit_compression_job(engine, encode_clp_io_config(clp_config), ids)
+
+
+def _s3_client(config: CoordinatorConfig, s3: S3Location) -> Any:
+    import boto3  # only when S3 is used
+    from botocore.config import Config
+
+    authentication = _authentication(config)
+    keys: dict[str, str] = {}
+    if isinstance(authentication, CredentialsAuthentication):
+        credentials = authentication.credentials
+        keys = {
+            "aws_access_key_id": credentials.access_key_id,
+            "aws_secret_access_key": credentials.secret_access_key.get_secret_value(),
+        }
+        if credentials.session_token is not None:
+            keys["aws_session_token"] = credentials.session_token.get_secret_value()
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=s3.endpoint_url,
+        region_name=s3.region_code or "us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+        **keys,
+    )

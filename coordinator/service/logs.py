@@ -1,0 +1,63 @@
+"""Logging set-up: human text or JSON lines, every job line naming the job and Spider ids."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+LogFormat = Literal["text", "json"]
+JOB_FIELDS = ("job_id", "spider_id")
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the job fields when set."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in JOB_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                document[name] = value
+        if record.exc_info:
+            document["exception"] = self.formatException(record.exc_info)
+        return json.dumps(document)
+
+
+class Text(logging.Formatter):
+    """``time level [job=N spider=M] message``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(job)s%(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = [
+            f"{n.removesuffix('_id')}={getattr(record, n)}"
+            for n in JOB_FIELDS
+            if getattr(record, n, None) is not None
+        ]
+        record.job = f"[{' '.join(parts)}] " if parts else ""
+        return super().format(record)
+
+
+def configure(log_format: LogFormat = "text", level: int = logging.INFO) -> None:
+    """Send the coordinator's logs to stderr in ``log_format``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines() if log_format == "json" else Text())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("werkzeug", "botocore", "urllib3", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def job_fields(job_id: int, spider_id: int | None = None) -> dict[str, Any]:
+    """``extra=`` for a log call about a job."""
+    return {"job_id": job_id, "spider_id": spider_id}

@@ -1,0 +1,96 @@
+"""The Spider resource group the coordinator registers jobs under (``clp-contract.md`` §1.4).
+
+Spider cannot look a resource group up by name, so its id lives in ``spider_resource_groups``.
+Get-or-create: read the row; if there is none, ``AddResourceGroup(name, password = name)`` and
+insert the row. Improvements on CLP's coordinator:
+
+* **Stale id** (H11): a stored id is checked with ``VerifyResourceGroup``; when Spider's storage was
+  reset it answers ``Unauthenticated``, and the group is registered again and the row replaced.
+  ``invalidate()`` forces the same check after a RegisterJob answered ``Unauthenticated``.
+* **Two coordinators registering at once**: the loser's insert (or Spider's ``ALREADY_EXISTS``)
+  makes it read the winner's row instead of failing; only when Spider knows the name but no row
+  records its id is it an error, which names the table to fix.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import cast
+
+from sqlalchemy import Engine, Table, delete, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from coordinator.spider.port import ResourceGroupExists, SpiderPort, Unauthenticated
+from coordinator.store.schema import SpiderResourceGroup
+
+_groups = cast(Table, SpiderResourceGroup.__table__)
+
+
+class ResourceGroupUnavailable(RuntimeError):
+    """The group's id cannot be known: Spider has the name but no row records its id."""
+
+
+class ResourceGroup:
+    """The id of the resource group ``name``: resolved once, re-checked when Spider rejects it."""
+
+    def __init__(self, engine: Engine, spider: SpiderPort, name: str) -> None:
+        self.engine = engine
+        self.spider = spider
+        self.name = name
+        self._id: int | None = None
+
+    @property
+    def password(self) -> bytes:
+        """CLP uses the name's bytes (Spider does not check it on RegisterJob yet)."""
+        return self.name.encode()
+
+    def id(self) -> int:
+        """The id, registering the group when needed.
+
+        Raises ``ResourceGroupUnavailable`` (see the module) and the port's transport errors.
+        """
+        if self._id is None:
+            self._id = self._resolve()
+        return self._id
+
+    def invalidate(self) -> None:
+        """Forget the cached id: the next ``id()`` verifies (and if need be replaces) it."""
+        self._id = None
+
+    def _resolve(self) -> int:
+        for _ in range(3):
+            stored = self._stored()
+            if stored is not None:
+                try:
+                    self.spider.verify_resource_group(stored, self.password)
+                    return stored
+                except Unauthenticated:
+                    self._forget(stored)  # Spider's storage was reset: register anew
+            try:
+                new_id = self.spider.add_resource_group(self.name, self.password)
+            except ResourceGroupExists:
+                time.sleep(0.2)  # another coordinator is registering it; read its row
+                continue
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(insert(_groups).values(rg_name=self.name, rg_id=new_id))
+                return new_id
+            except IntegrityError:
+                continue  # another coordinator recorded its registration first
+        raise ResourceGroupUnavailable(
+            f"Spider already has the resource group {self.name!r} but spider_resource_groups "
+            "records no id for it; insert its id there (or reset Spider's storage)"
+        )
+
+    def _stored(self) -> int | None:
+        with self.engine.connect() as connection:
+            value = connection.execute(
+                select(_groups.c.rg_id).where(_groups.c.rg_name == self.name)
+            ).scalar_one_or_none()
+        return None if value is None else int(value)
+
+    def _forget(self, stale_id: int) -> None:
+        with self.engine.begin() as connection:
+            connection.execute(
+                delete(_groups).where(_groups.c.rg_name == self.name, _groups.c.rg_id == stale_id)
+            )
