@@ -1,39 +1,127 @@
-"""The command line: demo on the embedded default, schema commands."""
+"""The command line on the embedded default: demo, submit, run, jobs, show, cancel, db, errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coordinator.cli.main import main
-from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV, PROJECT_ROOT
+from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
+from tests.sample_logs import write_json_logs
 
 
 @pytest.fixture(autouse=True)
-def _no_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
+def _embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
 
 
-def test_demo_brings_up_the_embedded_database_from_nothing(
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    capsys.readouterr()
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_demo_runs_a_whole_job_from_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data_dir = tmp_path / "fresh" / "var"
     assert main(["demo", "--data-dir", str(data_dir)]) == 0
     out = capsys.readouterr().out
-    assert f"schema {migrate.head_revision()}" in out
-    assert "submitted    Pending (0)    Running (1)" in out
-    assert "rolled_back  Committed (5)  Killed (4)" in out
-    engine = create_database_engine(f"sqlite:///{data_dir / 'coordinator.db'}")
-    try:
-        assert migrate.current_revision(engine) == migrate.head_revision()
-    finally:
-        engine.dispose()
+    assert "Pending -> Running  [submitted by coordinator]" in out
+    assert "Running -> Committed  [committed by commit_task]" in out
+    assert "Job 1: Succeeded" in out
+    assert "Compression ratio:" in out
+    assert "Search 'level: \"ERROR\"' -> {" in out and '"level": "ERROR"' in out
+    document = _json(capsys, "show", "1", "--json", "--data-dir", str(data_dir))
+    assert document["status"] == "Succeeded"
+    assert document["archives"] and all(Path(a["location"]).is_file() for a in document["archives"])
+
+
+def test_submit_run_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = ["--data-dir", str(tmp_path / "var")]
+    files = []
+    for name in ("web", "db"):
+        path = tmp_path / "in" / f"{name}.jsonl"
+        write_json_logs(path, 2000, service=name)
+        files.append(str(path))
+    assert (
+        main(
+            [
+                "submit",
+                *files,
+                "--prefix",
+                "batch/",
+                "--dataset",
+                "prod",
+                "--timestamp-key",
+                "timestamp",
+                *data,
+            ]
+        )
+        == 0
+    )
+    job_id = int(capsys.readouterr().out.strip())
+    listed = _json(capsys, "jobs", "--json", *data)
+    assert [(row["id"], row["status"]) for row in listed] == [(job_id, "Pending")]
+
+    assert main(["run", "--until-idle", *data]) == 0
+    document = _json(capsys, "show", str(job_id), "--json", *data)
+    assert document["status"] == "Succeeded" and document["status_msg"] == ""
+    assert document["dataset"] == "prod"
+    assert [h["trigger"] for h in document["history"]] == ["submitted", "committed", "finalised"]
+    assert [h["actor"] for h in document["history"]] == [
+        "coordinator",
+        "commit_task",
+        "coordinator",
+    ]
+    assert {"from", "to", "trigger", "actor", "reason", "at"} <= set(document["history"][0])
+    (archive,) = document["archives"]
+    assert {"id", "size", "uncompressed_size", "location"} <= set(archive)
+    assert archive["uncompressed_size"] > archive["size"] > 0
+    assert Path(archive["location"]).parent == tmp_path / "var" / "archives" / "prod"
+
+    assert main(["show", str(job_id), *data]) == 0
+    text = capsys.readouterr().out
+    assert f"Job {job_id}: Succeeded" in text and "finalised by coordinator" in text
+
+
+def test_cancel_kills_a_pending_job_nobody_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = ["--data-dir", str(tmp_path / "var")]
+    write_json_logs(tmp_path / "in" / "a.jsonl", 10)
+    assert main(["submit", str(tmp_path / "in" / "a.jsonl"), *data]) == 0
+    job_id = int(capsys.readouterr().out.strip())
+    assert main(["cancel", str(job_id), *data]) == 0
+    assert "killed" in capsys.readouterr().out
+    document = _json(capsys, "show", str(job_id), "--json", *data)
+    assert document["status"] == "Killed" and document["cancel_requested"]
+    assert [(h["trigger"], h["actor"]) for h in document["history"]] == [("cancelled", "operator")]
+    assert main(["cancel", str(job_id), *data]) == 0
+    assert "already Killed" in capsys.readouterr().out
+
+
+def test_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = ["--data-dir", str(tmp_path / "var")]
+    assert main(["cancel", "99", *data]) == 1
+    assert "no compression job 99" in capsys.readouterr().err
+    assert main(["submit", "--prefix", "nothing/", *data]) == 1
+    assert "no objects under logs/nothing/" in capsys.readouterr().err
+    assert main(["submit", str(tmp_path / "missing.log"), *data]) == 1
+    assert "is not a file" in capsys.readouterr().err
+    bad = tmp_path / "clp-config.yaml"
+    bad.write_text("archive_output:\n  compression_level: 42\n")
+    assert main(["jobs", "--config", str(bad), *data]) == 2
+    assert "archive_output.compression_level" in capsys.readouterr().err
 
 
 def test_the_data_dir_defaults_to_coordinator_home(
@@ -55,6 +143,11 @@ def test_db_commands_move_between_revisions(
     assert "schema at revision 0001" in capsys.readouterr().out
     assert main(["db", "current", *data_dir]) == 0
     assert capsys.readouterr().out.strip() == "0001"
+    engine = create_database_engine(f"sqlite:///{tmp_path / 'coordinator.db'}")
+    try:
+        assert migrate.current_revision(engine) == "0001"
+    finally:
+        engine.dispose()
 
 
 def test_the_console_script_runs_as_a_module(tmp_path: Path) -> None:
@@ -67,4 +160,3 @@ def test_the_console_script_runs_as_a_module(tmp_path: Path) -> None:
         check=True,
     )
     assert "finalised    Committed (5)  Succeeded (2)" in completed.stdout
-    assert PROJECT_ROOT.exists()

@@ -330,3 +330,11 @@ def test_a_lost_report_then_a_failing_rerun_fails_the_job_after_the_commit(
         assert wait_for(spider, job_id, *DONE) is JobState.FAILED
         assert spider.get_job_error(job_id) == "in-task failure: job is no longer running"
     assert len(wait_for_journal(spider_dir, job_id, "commit")) == 1  # the effects happened once
+
+
+def test_cancelled_after_the_commit_took_effect(migrated_engine: Engine, spider_dir: Path) -> None:
+    """B1: a cancel arrives while the commit runs; its effects stay, the job ends Cancelled."""
+    with running_engine(migrated_engine, spider_dir) as spider:
+        job_id = _run(spider, graph(task("echo")), [b"a"], Fault("cancelled", task="commit"))
+        assert wait_for(spider, job_id, *DONE) is JobState.CANCELLED
+    assert len(wait_for_journal(spider_dir, job_id, "commit")) == 1

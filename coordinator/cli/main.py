@@ -1,69 +1,118 @@
 """The ``coordinator`` command line.
 
-Every command takes ``--data-dir DIR`` (default ``$COORDINATOR_HOME``, else ``./var``), the
-directory that holds the embedded default's database. ``$COORDINATOR_DATABASE_URL`` points the
-commands at another database (MariaDB/MySQL in production).
+Every command takes ``--config FILE`` (CLP's ``clp-config.yaml``; without it, the embedded default)
+and ``--data-dir DIR`` (default ``$COORDINATOR_HOME``, else ``./var``): the directory of the
+embedded default's database, object store and archives. ``$COORDINATOR_DATABASE_URL`` points any
+command at another database.
+
+Exit status: 0 on success, 1 when the work failed (a job did not succeed, a check found a
+difference), 2 for a configuration or usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import json
+import logging
+import os
+import signal
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from sqlalchemy import Engine
 
-from coordinator.config.locations import PROJECT_ROOT, resolve_database_url
+from coordinator.cli import jobs as job_commands
+from coordinator.cli.demo import run_demo
+from coordinator.config.loader import ConfigError, CoordinatorConfig, database_url, load_config
+from coordinator.config.locations import PROJECT_ROOT
 from coordinator.lifecycle import EDGES
 from coordinator.lifecycle import diagrams as lifecycle_diagrams
+from coordinator.service import logs
+from coordinator.service.ingest import (
+    DEFAULT_BUCKET,
+    DEFAULT_PREFIX,
+    IngestError,
+    S3Location,
+    put_files,
+    submit_job,
+)
+from coordinator.service.runtime import UnsupportedEngine, open_engine, open_runtime
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
+from coordinator.store.jobs import JobStore
+from coordinator.store.names import InvalidDatasetName
 
 Handler = Callable[[argparse.Namespace], int]
+_log = logging.getLogger("coordinator")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command named in ``argv``; the process exit code."""
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except (ConfigError, migrate.SchemaNotCurrent, UnsupportedEngine) as error:
+        print(f"coordinator: {error}", file=sys.stderr)
+        return 2
+    except (job_commands.NoSuchJob, IngestError, InvalidDatasetName) as error:
+        print(f"coordinator: {error}", file=sys.stderr)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, default=None, help="CLP's clp-config.yaml")
     common.add_argument(
         "--data-dir",
         type=Path,
         default=None,
-        help="directory of the embedded database (default: $COORDINATOR_HOME, else ./var)",
+        help="the embedded default's data directory (default: $COORDINATOR_HOME, else ./var)",
     )
     parser = argparse.ArgumentParser(
         prog="coordinator", description="The CLP compression coordinator."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser(
-        "demo", parents=[common], help="bring up the embedded database and show the job lifecycle"
-    )
-    demo.set_defaults(handler=_demo)
+    def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help_text)
+        sub.set_defaults(handler=handler)
+        return sub
 
-    lifecycle = commands.add_parser(
-        "lifecycle", parents=[common], help="print the job state machine: edges, actors, reasons"
+    run = command("run", _run, "run the coordinator service")
+    run.add_argument(
+        "--until-idle", action="store_true", help="exit once no claimable or in-flight job is left"
     )
-    lifecycle.set_defaults(handler=_lifecycle)
-
-    diagrams = commands.add_parser(
-        "diagrams", parents=[common], help="write the state diagrams into diagrams/"
-    )
+    command("demo", _demo, "run one whole job on the embedded default, from nothing")
+    submit = command("submit", _submit, "register objects and insert a compression job")
+    submit.add_argument("paths", nargs="*", type=Path, help="files to put into the object store")
+    submit.add_argument("--bucket", default=DEFAULT_BUCKET)
+    submit.add_argument("--prefix", default=DEFAULT_PREFIX, help="key prefix (must not be empty)")
+    submit.add_argument("--dataset", default=None, help="dataset (default: default)")
+    submit.add_argument("--timestamp-key", default=None)
+    submit.add_argument("--endpoint-url", default=None, help="S3 endpoint (logs input of type s3)")
+    submit.add_argument("--region", default=None, help="S3 region code")
+    listing = command("jobs", _jobs, "list compression jobs")
+    listing.add_argument("--json", action="store_true")
+    show = command("show", _show, "show a job: status, history, archives")
+    show.add_argument("job", type=int)
+    show.add_argument("--json", action="store_true")
+    cancel = command("cancel", _cancel, "ask for a job to be cancelled")
+    cancel.add_argument("job", type=int)
+    diagrams = command("diagrams", _diagrams, "write the state diagrams into diagrams/")
     diagrams.add_argument(
         "--check", action="store_true", help="fail if the committed diagrams are out of date"
     )
     diagrams.add_argument("--output", type=Path, default=PROJECT_ROOT / "diagrams")
-    diagrams.set_defaults(handler=_diagrams)
+    command("lifecycle", _lifecycle, "print the job state machine: edges, actors, reasons")
 
     database = commands.add_parser("db", help="schema migrations (alembic)")
     db_commands = database.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -80,16 +129,139 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _demo(args: argparse.Namespace) -> int:
-    with _engine(args) as engine:
-        migrate.upgrade(engine)
-        revision = migrate.current_revision(engine)
-    print(f"Database: {engine.url.render_as_string(hide_password=True)} (schema {revision})")
-    print()
-    _print_lifecycle()
-    print()
-    print("Diagrams: diagrams/job_lifecycle.mmd (Mermaid), .dot and .svg (Graphviz).")
+def _config(args: argparse.Namespace) -> CoordinatorConfig:
+    return load_config(args.config, data_dir=args.data_dir)
+
+
+@contextmanager
+def _database(args: argparse.Namespace) -> Iterator[Engine]:
+    """The coordinator's database (migrated on the embedded default)."""
+    engine = open_engine(_config(args))
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+# --- the service ------------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    logs.configure(config.extras.log_format)
+    runtime = open_runtime(config)
+    coordinator = runtime.coordinator
+    grace = config.compression_coordinator.termination_timeout_secs
+
+    def stop(signum: int, _: FrameType | None) -> None:
+        if coordinator.stopping.is_set():
+            return
+        _log.info("Received %s; stopping (at most %d s).", signal.Signals(signum).name, grace)
+        coordinator.stopping.set()
+        watchdog = threading.Timer(grace, _give_up, args=(grace,))
+        watchdog.daemon = True
+        watchdog.start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    _log.info("Compression coordinator %s started.", coordinator.instance_id)
+    try:
+        coordinator.run(until_idle=args.until_idle)
+    finally:
+        runtime.close()
+    _log.info("Compression coordinator stopped.")
     return 0
+
+
+def _give_up(grace: int) -> None:
+    # Like CLP's coordinator: past the termination timeout, leave; every job resumes next start.
+    _log.warning("Not stopped within %d s; exiting now.", grace)
+    logging.shutdown()
+    os._exit(0)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    config = _config(args)
+    logs.configure(config.extras.log_format, level=logging.WARNING)
+    return run_demo(config)
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+def _submit(args: argparse.Namespace) -> int:
+    config = _config(args)
+    location = S3Location(endpoint_url=args.endpoint_url, region_code=args.region)
+    with _database(args) as engine:
+        if args.paths:
+            put_files(config, args.paths, bucket=args.bucket, prefix=args.prefix, s3=location)
+        job_id = submit_job(
+            config,
+            engine,
+            bucket=args.bucket,
+            prefix=args.prefix,
+            dataset=args.dataset,
+            timestamp_key=args.timestamp_key,
+            s3=location,
+        )
+    print(job_id)
+    return 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    with _database(args) as engine:
+        rows = job_commands.list_jobs(engine)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'id':>6}  {'status':<10} {'spider_id':>10} {'tasks':>5}  {'created':<24}  message")
+    for row in rows:
+        print(
+            f"{row['id']:>6}  {row['status']:<10} {row['spider_id'] or '':>10} "
+            f"{row['num_tasks']:>5}  {row['creation_time'] or '':<24}  {row['status_msg'][:60]}"
+        )
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    with _database(args) as engine:
+        document = job_commands.show_job(JobStore(engine), args.job)
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    _print_job(document)
+    return 0
+
+
+def _print_job(document: dict[str, Any]) -> None:
+    print(f"Job {document['id']}: {document['status']}  (Spider job {document['spider_id']})")
+    if document["status_msg"]:
+        print(f"  {document['status_msg']}")
+    print(
+        f"  dataset {document['dataset']}, {document['num_tasks']} task(s), "
+        f"{document['uncompressed_size']:,} B -> {document['compressed_size']:,} B"
+    )
+    print("History:")
+    for entry in document["history"]:
+        print(
+            f"  {entry['at']}  {entry['from']} -> {entry['to']}  "
+            f"{entry['trigger']} by {entry['actor']} {entry['actor_id']}: {entry['reason']}"
+        )
+    print("Archives:")
+    for archive in document["archives"]:
+        print(
+            f"  {archive['id']}  {archive['size']:,} B (from {archive['uncompressed_size']:,} B)"
+            f"  {archive['location']}"
+        )
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with _database(args) as engine:
+        print(job_commands.cancel_job(JobStore(engine), args.job, operator=getpass.getuser()))
+    return 0
+
+
+# --- the machine and the schema ----------------------------------------------------------------
 
 
 def _lifecycle(_: argparse.Namespace) -> int:
@@ -137,8 +309,9 @@ def _diagrams(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _engine(args: argparse.Namespace) -> Iterator[Engine]:
-    engine = create_database_engine(resolve_database_url(args.data_dir))
+def _schema_engine(args: argparse.Namespace) -> Iterator[Engine]:
+    config = _config(args)
+    engine = create_database_engine(database_url(config))
     try:
         yield engine
     finally:
@@ -146,20 +319,20 @@ def _engine(args: argparse.Namespace) -> Iterator[Engine]:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    with _engine(args) as engine:
+    with _schema_engine(args) as engine:
         migrate.upgrade(engine, args.revision)
         print(f"schema at revision {migrate.current_revision(engine)}")
     return 0
 
 
 def _db_downgrade(args: argparse.Namespace) -> int:
-    with _engine(args) as engine:
+    with _schema_engine(args) as engine:
         migrate.downgrade(engine, args.revision)
         print(f"schema at revision {migrate.current_revision(engine) or 'base'}")
     return 0
 
 
 def _db_current(args: argparse.Namespace) -> int:
-    with _engine(args) as engine:
+    with _schema_engine(args) as engine:
         print(migrate.current_revision(engine) or "base (no coordinator schema)")
     return 0

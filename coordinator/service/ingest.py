@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import boto3
+from botocore.config import Config
 from sqlalchemy import Engine
 
 from coordinator.config.clp import S3IngestionConfig
@@ -168,9 +170,6 @@ def submit_job(
 
 
 def _s3_client(config: CoordinatorConfig, s3: S3Location) -> Any:
-    import boto3  # only when S3 is used
-    from botocore.config import Config
-
     authentication = _authentication(config)
     keys: dict[str, str] = {}
     if isinstance(authentication, CredentialsAuthentication):

@@ -369,8 +369,13 @@ class EmbeddedSpider:
             graph_outputs=job.graph_outputs if key == COMMIT else [],
             fault=fault.for_executor() if fault is not None else None,
         )
-        lose_report = fault is not None and fault.kind == "lose_report"
-        return Assignment(request, timeouts.hard_timeout_ms, lose_report)
+        kind = fault.kind if fault is not None else None
+        return Assignment(
+            request,
+            timeouts.hard_timeout_ms,
+            lose_report=kind == "lose_report",
+            cancelled_meanwhile=kind == "cancelled",
+        )
 
     def _report(self, assignment: Assignment, reply: Reply) -> None:
         request = assignment.request
@@ -381,7 +386,9 @@ class EmbeddedSpider:
                 return
             if task.instances.pop(request.instance_id, None) is None or not _runnable(job, task):
                 return  # stale: the job or task moved on while the instance ran
-            if assignment.lose_report:
+            if assignment.cancelled_meanwhile:
+                self._set_state(job, JobState.CANCELLED)  # the report arrives too late
+            elif assignment.lose_report:
                 # The report never arrives; Spider re-queues the task when the manager is declared
                 # dead, without using a retry.
                 self._enqueue(job.id, task.key, termination=task.key in (COMMIT, CLEANUP))

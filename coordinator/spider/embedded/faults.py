@@ -14,6 +14,9 @@ kind               what the instance does
                    manager declared dead, the task is queued again without using a retry (A4)
 ``duplicate``      a second instance of the same task starts at the same time, whatever the
                    task's ``max_num_instances`` (scenario A6: a commit running twice at once)
+``cancelled``      runs normally, but a cancel arrives meanwhile: the job ends ``Cancelled``
+                   and the instance's report is rejected (scenario B1: cancelled after the
+                   commit took effect)
 =================  ===========================================================================
 """
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-FaultKind = Literal["fail", "hard_timeout", "crash", "lose_report", "duplicate"]
+FaultKind = Literal["fail", "hard_timeout", "crash", "lose_report", "duplicate", "cancelled"]
 CRASH_EXIT_STATUS = 70
 EXECUTOR_SIDE = frozenset({"fail", "hard_timeout", "crash"})
 

@@ -36,6 +36,7 @@ class Assignment:
     request: Request
     hard_timeout_ms: int
     lose_report: bool = False
+    cancelled_meanwhile: bool = False
 
 
 NextAssignment = Callable[[float], Assignment | None]

@@ -1,0 +1,163 @@
+"""``submit``, ``jobs``, ``show`` and ``cancel``: what an operator does with compression jobs.
+
+``show --json`` is a stable document::
+
+    {"id", "status", "status_code", "spider_id", "status_msg", "dataset", "num_tasks",
+     "creation_time", "start_time", "duration", "uncompressed_size", "compressed_size",
+     "cancel_requested": bool,
+     "history": [{"from", "to", "trigger", "actor", "actor_id", "reason", "at"}],
+     "archives": [{"id", "size", "uncompressed_size", "begin_timestamp", "end_timestamp",
+                   "location"}]}
+
+Statuses are the lifecycle's names (``Pending`` … ``Committed``); times are ISO 8601 UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Engine, Table, inspect, select
+
+from coordinator.lifecycle import Actor, JobStatus, describe_status
+from coordinator.service.prepare import dataset_of
+from coordinator.store.datasets import archives_table
+from coordinator.store.guarded import Applied, TransitionRequest
+from coordinator.store.jobs import JobStore
+from coordinator.store.leases import request_cancel
+from coordinator.store.schema import CompressionJob
+from coordinator.store.stored_archives import stored_archives
+
+_jobs = cast(Table, CompressionJob.__table__)
+
+
+class NoSuchJob(LookupError):
+    """No compression job has this id."""
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat(timespec="milliseconds") + "Z"
+
+
+def list_jobs(engine: Engine, limit: int = 100) -> list[dict[str, Any]]:
+    """The newest ``limit`` jobs, newest first, as short documents."""
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(
+                _jobs.c.id,
+                _jobs.c.status,
+                _jobs.c.spider_id,
+                _jobs.c.num_tasks,
+                _jobs.c.creation_time,
+                _jobs.c.status_msg,
+            )
+            .order_by(_jobs.c.id.desc())
+            .limit(limit)
+        ).all()
+    return [
+        {
+            "id": row.id,
+            "status": describe_status(row.status),
+            "spider_id": row.spider_id,
+            "num_tasks": row.num_tasks,
+            "creation_time": _time(row.creation_time),
+            "status_msg": row.status_msg,
+        }
+        for row in rows
+    ]
+
+
+def show_job(store: JobStore, job_id: int) -> dict[str, Any]:
+    """The ``show`` document of the job; raises ``NoSuchJob``."""
+    job = store.get(job_id)
+    if job is None:
+        raise NoSuchJob(f"no compression job {job_id}")
+    dataset = dataset_of(job.clp_config)
+    return {
+        "id": job.id,
+        "status": describe_status(job.status),
+        "status_code": job.status,
+        "spider_id": job.spider_id,
+        "status_msg": job.status_msg,
+        "dataset": dataset,
+        "num_tasks": job.num_tasks,
+        "creation_time": _time(job.creation_time),
+        "start_time": _time(job.start_time),
+        "duration": job.duration,
+        "uncompressed_size": job.uncompressed_size,
+        "compressed_size": job.compressed_size,
+        "cancel_requested": job.cancel_requested_at is not None,
+        "history": [
+            {
+                "from": describe_status(entry.from_status),
+                "to": describe_status(entry.to_status),
+                "trigger": entry.trigger,
+                "actor": entry.actor,
+                "actor_id": entry.actor_id,
+                "reason": entry.reason,
+                "at": _time(entry.at),
+            }
+            for entry in store.history(job_id)
+        ],
+        "archives": _published_archives(store.engine, dataset, job.spider_id),
+    }
+
+
+def _published_archives(
+    engine: Engine, dataset: str, spider_id: int | None
+) -> list[dict[str, Any]]:
+    if spider_id is None:
+        return []
+    table = archives_table(dataset)
+    with engine.connect() as connection:
+        if not inspect(connection).has_table(table.name):
+            return []
+        rows = connection.execute(
+            select(table).where(table.c.creator_id == str(spider_id)).order_by(table.c.creation_ix)
+        ).all()
+        locations = {r.archive_id: r.location for r in stored_archives(connection, spider_id)}
+    return [
+        {
+            "id": row.id,
+            "size": row.size,
+            "uncompressed_size": row.uncompressed_size,
+            "begin_timestamp": row.begin_timestamp,
+            "end_timestamp": row.end_timestamp,
+            "location": locations.get(row.id),
+        }
+        for row in rows
+    ]
+
+
+def cancel_job(store: JobStore, job_id: int, operator: str) -> str:
+    """Persist a cancel request; kill a Pending job no coordinator holds at once. What happened.
+
+    A Pending job held by a coordinator, or a Running one, is left to the coordinator, which kills
+    it directly or cancels it through Spider (a job whose commit is under way completes). Raises
+    ``NoSuchJob``.
+    """
+    now = store.clock()
+    if not request_cancel(store.engine, job_id, now):
+        raise NoSuchJob(f"no compression job {job_id}")
+    job = store.get(job_id)
+    assert job is not None
+    status = JobStatus(job.status)
+    unheld = job.lease_expires_at is None or job.lease_expires_at < now
+    if status is JobStatus.PENDING and unheld:
+        result = store.transition(
+            TransitionRequest(
+                job_id,
+                "cancelled",
+                JobStatus.PENDING,
+                JobStatus.KILLED,
+                Actor.OPERATOR,
+                reason="Cancelled by an operator before submission.",
+                actor_id=operator,
+                fence=job.lease_epoch,
+            )
+        )
+        if isinstance(result, Applied):
+            return f"job {job_id} killed (it had not been submitted)"
+    if status.is_terminal:
+        return f"job {job_id} is already {status.label}; nothing to cancel"
+    return f"cancel requested for job {job_id} ({status.label}); the coordinator acts on it"
