@@ -62,7 +62,7 @@ from coordinator.service.cleanup import (
 )
 from coordinator.service.crashpoints import crashpoint
 from coordinator.service.logs import job_fields
-from coordinator.service.prepare import JobRejected, dataset_of, prepare
+from coordinator.service.prepare import JobRejected, PreparedJob, dataset_of, prepare
 from coordinator.service.resource_group import ResourceGroup, ResourceGroupUnavailable
 from coordinator.spider.port import (
     InvalidArgument,
@@ -85,6 +85,7 @@ _log = logging.getLogger(__name__)
 
 SPIDER_FAILED = "The Spider compression job failed: {}"
 SPIDER_CANCELLED = "The Spider compression job was cancelled."
+CANCELLED_BEFORE_SUBMISSION = "Cancelled by an operator before submission."
 SWEEP_INTERVAL_SECS = 60.0
 
 
@@ -164,7 +165,8 @@ class Coordinator:
                 _log.exception("database unavailable; retrying")
                 self.stopping.wait(max(interval, 1.0))
                 continue
-            if until_idle and not self.driven and report.claimed == 0:
+            # A tick that concluded a job claimed before the job freed its place: tick again.
+            if until_idle and not self.driven and report.claimed == 0 and not report.concluded:
                 break
             self.stopping.wait(self._pause(interval))
         self.release_leases()
@@ -282,7 +284,7 @@ class Coordinator:
                     job,
                     "cancelled",
                     JobStatus.KILLED,
-                    "Cancelled by an operator before submission.",
+                    CANCELLED_BEFORE_SUBMISSION,
                 )
             elif job.status is JobStatus.RUNNING and not job.cancel_sent and job.spider_id:
                 try:
@@ -297,35 +299,58 @@ class Coordinator:
     # --- submission ---------------------------------------------------------------------------
 
     def _submit(self, job: DrivenJob) -> None:
+        prepared = self._prepare(job)
+        if prepared is None:
+            return
+        spider_id = self._register(job, prepared)
+        if spider_id is None:
+            return
+        crashpoint("registered")
+        self._record_and_start(job, prepared, spider_id)
+
+    def _prepare(self, job: DrivenJob) -> PreparedJob | None:
+        """The job's submission, or ``None`` when it was cancelled, rejected or must wait."""
+        if leases.cancel_requests(self.engine, [job.job_id]):
+            # Asked before this coordinator claimed it (or since): never submit it.
+            self._move(job, "cancelled", JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION)
+            return None
         try:
             prepared = prepare(self.engine, job.clp_config, self.settings)
         except JobRejected as rejection:
             self._move(job, "rejected", JobStatus.FAILED, str(rejection))
-            return
+            return None
         try:
             ensure_dataset_tables(self.engine, prepared.dataset)
-            group = self.resource_group.id()
-        except (DBAPIError, SpiderError, ResourceGroupUnavailable) as error:
-            self._retry_later(job, f"cannot submit yet: {error}")
-            return
+        except DBAPIError as error:
+            self._retry_later(job, f"cannot create the dataset's tables yet: {error}")
+            return None
+        return prepared
+
+    def _register(self, job: DrivenJob, prepared: PreparedJob) -> int | None:
+        """The new Spider job's id, or ``None`` when the job was rejected or must wait."""
         submission = prepared.submission
         try:
-            spider_id = self.spider.register_job(
-                group, submission.compressed_task_graph(), submission.compressed_inputs()
+            return self.spider.register_job(
+                self.resource_group.id(),
+                submission.compressed_task_graph(),
+                submission.compressed_inputs(),
             )
         except InvalidArgument as error:
             message = f"Compression job failed: Spider rejected the task graph: {error}"
             self._move(job, "rejected", JobStatus.FAILED, message)
-            return
         except Unauthenticated:
             self.resource_group.invalidate()  # Spider's storage was reset (H11)
             self._retry_later(job, "Spider does not know the resource group; registering it again")
-            return
+        except ResourceGroupUnavailable as error:
+            self._retry_later(job, f"cannot submit yet: {error}")
         except SpiderError as error:
-            # Not retried blindly: the registration may have happened (an orphan Ready job).
+            # The call is not retried: it may have registered the job. The job stays Pending and a
+            # later tick registers it anew; a registration that did happen stays an orphan Ready
+            # job in Spider, never started (Spider tolerates those).
             self._retry_later(job, f"RegisterJob failed, the job stays Pending: {error}")
-            return
-        crashpoint("registered")
+        return None
+
+    def _record_and_start(self, job: DrivenJob, prepared: PreparedJob, spider_id: int) -> None:
         job.spider_id = spider_id
         result = self.store.transition(
             TransitionRequest(
@@ -489,6 +514,10 @@ class Coordinator:
         if isinstance(result, Applied):
             job.status = target
             _log.info("%s → %s: %s", trigger, target.label, reason, extra=job.log())
+            if target.is_terminal:
+                leases.release(
+                    self.engine, {job.job_id: job.epoch}, owner=self.instance_id, now=result.at
+                )
         elif isinstance(result, LostRace):
             _log.info("lost a race: %s", result.describe(), extra=job.log())
         if target.is_terminal or not isinstance(result, Applied):

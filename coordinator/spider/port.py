@@ -14,8 +14,9 @@ helpers at the bottom of this module, which follow them:
   on a real cluster that shuts the storage server down. Never on a terminal job. Ask first
   (``cancel_if_safe``).
 * ``get_job_outputs``: only after ``SUCCEEDED``; ``get_job_error`` only after ``FAILED``.
-* ``register_job``: **not idempotent** and there is no lookup; never retry it blindly after an
-  ambiguous failure, and persist the returned id at once.
+* ``register_job``: **not idempotent** and there is no lookup; never retry the call after an
+  ambiguous failure, and persist the returned id at once. (The coordinator registers such a job
+  anew on a later tick; a registration that did happen stays an orphan Ready job, never started.)
 * ``JobNotFound`` from start/cancel may mean "terminal and evicted": confirm with
   ``get_job_state``.
 """
