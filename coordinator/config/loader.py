@@ -408,17 +408,10 @@ def _spider_engine_problems(
     clp: ClpConfig, database_configured: bool, url_from_env: bool
 ) -> list[str]:
     # CLP's coordinator refuses to start without these (clp-contract.md §11.2); its messages.
+    # Its S3-only rules for logs_input and archive_output belong to CLP's upstream task package;
+    # this coordinator's own package (behind `coordinator spider serve`) also handles the local
+    # object store and fs archives, so the runtime only warns about them.
     problems: list[str] = []
-    if clp.logs_input.type != "s3":
-        problems.append(
-            "logs_input.type: "
-            f"The compression coordinator only supports S3 logs inputs.{_FOR_SPIDER}"
-        )
-    if clp.archive_output.storage.type != "s3":
-        problems.append(
-            "archive_output.storage.type: "
-            f"The compression coordinator only supports S3 archive outputs.{_FOR_SPIDER}"
-        )
     if clp.compression_coordinator is None:
         problems.append(
             "compression_coordinator: "
