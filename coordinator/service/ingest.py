@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from sqlalchemy import Engine
 
 from coordinator.config.clp import S3IngestionConfig
@@ -40,6 +38,7 @@ from coordinator.task_io import (
     CredentialsAuthentication,
     DefaultAuthentication,
 )
+from coordinator.tasks.archive_storage import s3_client
 
 DEFAULT_BUCKET = "logs"
 DEFAULT_PREFIX = "ingest/"
@@ -170,20 +169,4 @@ def submit_job(
 
 
 def _s3_client(config: CoordinatorConfig, s3: S3Location) -> Any:
-    authentication = _authentication(config)
-    keys: dict[str, str] = {}
-    if isinstance(authentication, CredentialsAuthentication):
-        credentials = authentication.credentials
-        keys = {
-            "aws_access_key_id": credentials.access_key_id,
-            "aws_secret_access_key": credentials.secret_access_key.get_secret_value(),
-        }
-        if credentials.session_token is not None:
-            keys["aws_session_token"] = credentials.session_token.get_secret_value()
-    return boto3.session.Session().client(
-        "s3",
-        endpoint_url=s3.endpoint_url,
-        region_name=s3.region_code or "us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-        **keys,
-    )
+    return s3_client(s3.endpoint_url, s3.region_code, _authentication(config))

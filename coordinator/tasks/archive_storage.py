@@ -194,15 +194,22 @@ def _s3_location_key(output: S3ArchiveOutput, location: str) -> str:
 
 def _s3_client(output: S3ArchiveOutput) -> Any:
     """A boto3 S3 client for the output; fails with ``TaskError`` for unusable credentials."""
+    return s3_client(output.endpoint_url, output.region_code, output.aws_authentication)
+
+
+def s3_client(
+    endpoint_url: str | None, region_code: str | None, authentication: AwsAuthentication
+) -> Any:
+    """A path-style boto3 S3 client with CLP's authentication; ``TaskError`` for unusable ones."""
     boto3: Any = importlib.import_module("boto3")
     config: Any = importlib.import_module("botocore.config").Config(
         s3={"addressing_style": "path"}, retries={"mode": "standard"}
     )
-    session = boto3.session.Session(**_session_arguments(output.aws_authentication))
+    session = boto3.session.Session(**_session_arguments(authentication))
     return session.client(
         "s3",
-        endpoint_url=output.endpoint_url,
-        region_name=output.region_code or DEFAULT_REGION,
+        endpoint_url=endpoint_url,
+        region_name=region_code or DEFAULT_REGION,
         config=config,
     )
 
