@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -23,8 +24,10 @@ from coordinator.lifecycle import JobStatus
 from coordinator.serde import pack
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import list_objects, put_files
-from coordinator.service.runtime import Runtime, archive_output_of
+from coordinator.service.runtime import Runtime, archive_output_of, open_runtime
 from coordinator.spider.embedded.engine import STATE_NAMES, EmbeddedSpider
+from coordinator.spider.grpc.client import GrpcSpider
+from coordinator.spider.grpc.server import serve
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table
@@ -334,3 +337,38 @@ def set_status_behind_the_coordinator(engine: Engine, source: int, target: int, 
                 update(_jobs).where(_jobs.c.status == source).values(status=target, status_msg=msg)
             ).rowcount
         )
+
+
+# --- transports -------------------------------------------------------------------------------
+
+TRANSPORTS = ("embedded", "grpc")
+"""The coordinator talks to the engine in-process, or over Spider's gRPC protocol to the same
+engine served by ``coordinator.spider.grpc.server`` (what ``coordinator spider serve`` runs)."""
+
+
+@contextmanager
+def runtime_over(transport: str, config: CoordinatorConfig, lease_secs: float) -> Iterator[Runtime]:
+    """``open_runtime``'s runtime; over gRPC its coordinator reaches the engine via a server."""
+    with open_runtime(config, lease_secs=lease_secs) as runtime:
+        if transport == "embedded":
+            yield runtime
+            return
+        assert runtime.embedded is not None
+        server = serve(runtime.embedded, "127.0.0.1", 0)
+        client = GrpcSpider("127.0.0.1", server.port, initial_backoff_secs=0.01, deadline_secs=30)
+        inner = runtime.coordinator
+        runtime.spider = client
+        runtime.coordinator = Coordinator(
+            engine=inner.engine,
+            spider=client,
+            settings=inner.settings,
+            archive_output=inner.archive_output,
+            instance_id=inner.instance_id,
+            lease_duration=inner.lease_duration,
+            owns_undecodable_jobs=inner.owns_undecodable_jobs,
+        )
+        try:
+            yield runtime
+        finally:
+            client.close()
+            server.stop(0)

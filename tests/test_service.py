@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,14 @@ from coordinator.job_config import (
 )
 from coordinator.lifecycle import JobStatus
 from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import Runtime, open_runtime
+from coordinator.service.runtime import Runtime
 from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.port import InvalidArgument, JobState, SpiderPort, Unavailable
 from coordinator.store.database import create_database_engine
 from coordinator.store.leases import request_cancel
 from tests.engine_support import wait_for
 from tests.service_support import (
+    TRANSPORTS,
     SpiderProxy,
     archive_files,
     compress_blob,
@@ -49,6 +51,7 @@ from tests.service_support import (
     records,
     reset_spider_storage,
     run_until_idle,
+    runtime_over,
     set_status_behind_the_coordinator,
     submit_edited_job,
     tick_until,
@@ -60,6 +63,24 @@ from tests.service_support import (
 DATASET = "web"
 SPIDER_CANCELLED = "The Spider compression job was cancelled."
 WITHDRAWN = " The published archives were withdrawn."
+
+
+_current = {"transport": TRANSPORTS[0]}
+
+
+@pytest.fixture(params=TRANSPORTS, autouse=True)
+def transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every scenario runs twice: engine in-process, and over Spider's gRPC protocol."""
+    _current["transport"] = request.param
+    yield request.param
+    _current["transport"] = TRANSPORTS[0]
+
+
+def open_runtime(
+    config: CoordinatorConfig, *, lease_secs: float
+) -> AbstractContextManager[Runtime]:
+    """The runtime of this test's transport (see ``runtime_over``)."""
+    return runtime_over(_current["transport"], config, lease_secs)
 
 
 @pytest.fixture

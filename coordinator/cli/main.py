@@ -43,7 +43,9 @@ from coordinator.service.ingest import (
     put_files,
     submit_job,
 )
-from coordinator.service.runtime import UnsupportedEngine, open_engine, open_runtime
+from coordinator.service.runtime import open_engine, open_runtime, worker_settings
+from coordinator.spider.embedded.engine import EmbeddedSpider
+from coordinator.spider.grpc.server import SpiderServer, run_server
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
@@ -59,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except (ConfigError, migrate.SchemaNotCurrent, UnsupportedEngine) as error:
+    except (ConfigError, migrate.SchemaNotCurrent) as error:
         print(f"coordinator: {error}", file=sys.stderr)
         return 2
     except (job_commands.NoSuchJob, IngestError, InvalidDatasetName) as error:
@@ -113,6 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     diagrams.add_argument("--output", type=Path, default=PROJECT_ROOT / "diagrams")
     command("lifecycle", _lifecycle, "print the job state machine: edges, actors, reasons")
+
+    spider = commands.add_parser("spider", help="the embedded Spider engine")
+    spider_commands = spider.add_subparsers(dest="spider_command", required=True, metavar="ACTION")
+    serve = spider_commands.add_parser(
+        "serve", parents=[common], help="serve the embedded engine over Spider's gRPC protocol"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=50051, help="port (0: any free port)")
+    serve.set_defaults(handler=_spider_serve)
 
     database = commands.add_parser("db", help="schema migrations (alembic)")
     db_commands = database.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -178,6 +189,32 @@ def _give_up(grace: int) -> None:
     _log.warning("Not stopped within %d s; exiting now.", grace)
     logging.shutdown()
     os._exit(0)
+
+
+def _spider_serve(args: argparse.Namespace) -> int:
+    config = _config(args)
+    logs.configure(config.extras.log_format)
+    engine = open_engine(config)
+    embedded = EmbeddedSpider(
+        engine, worker_settings(config, database_url(config)), workers=config.embedded_workers
+    ).start()
+    stopped = threading.Event()
+
+    def stop(signum: int, _: FrameType | None) -> None:
+        _log.info("Received %s; stopping the Spider server.", signal.Signals(signum).name)
+        stopped.set()
+
+    def listening(server: SpiderServer) -> None:
+        print(f"Spider (embedded engine) listening on {server.address}", flush=True)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        run_server(embedded, args.host, args.port, stop=stopped, on_listening=listening)
+    finally:
+        embedded.close()
+        engine.dispose()
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

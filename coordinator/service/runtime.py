@@ -11,10 +11,11 @@ from typing import Self
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
-from coordinator.config.clp import ArchiveFsStorage, S3IngestionConfig
+from coordinator.config.clp import ArchiveFsStorage, ArchiveS3Storage, S3IngestionConfig, Spider
 from coordinator.config.loader import CoordinatorConfig, database_url
 from coordinator.service.coordinator import Coordinator
 from coordinator.spider.embedded.engine import EmbeddedSpider
+from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.spider.port import SpiderPort
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
@@ -32,10 +33,6 @@ _log = logging.getLogger(__name__)
 EMBEDDED_INSTANCE_ID = "embedded"
 """The embedded default runs one coordinator per data directory, so its name can be stable and a
 restart continues its jobs at once instead of waiting for their leases to expire."""
-
-
-class UnsupportedEngine(RuntimeError):
-    """The configuration asks for an engine this build cannot drive."""
 
 
 def archive_output_of(config: CoordinatorConfig) -> ArchiveOutputSettings:
@@ -78,7 +75,7 @@ def worker_settings(config: CoordinatorConfig, url: str) -> WorkerSettings:
 
 @dataclass
 class Runtime:
-    """The open database, the Spider engine, and the coordinator wired to them."""
+    """The open database, the Spider port, and the coordinator wired to them."""
 
     config: CoordinatorConfig
     engine: Engine
@@ -86,11 +83,16 @@ class Runtime:
     spider: SpiderPort
     coordinator: Coordinator
     embedded: EmbeddedSpider | None
+    """The in-process engine, when the engine is ``embedded``."""
+    client: GrpcSpider | None = None
+    """The connection to a Spider cluster, when the engine is ``spider``."""
 
     def close(self) -> None:
         """Stop the embedded engine (its running tasks die and resume at the next start)."""
         if self.embedded is not None:
             self.embedded.close()
+        if self.client is not None:
+            self.client.close()
         self.engine.dispose()
 
     def __enter__(self) -> Self:
@@ -124,27 +126,43 @@ def open_engine(config: CoordinatorConfig) -> Engine:
 def open_runtime(config: CoordinatorConfig, *, lease_secs: float = 30.0) -> Runtime:
     """Everything ``coordinator run`` needs, started. Close it (or use ``with``) to stop.
 
-    Raises ``UnsupportedEngine`` for the ``spider`` engine (a Spider cluster over gRPC is not built
-    yet), ``SchemaNotCurrent``, and the database's errors.
+    The engine is the in-process embedded engine, or, for ``engine: spider``, the Spider cluster
+    (or ``coordinator spider serve``) at ``spider.host:spider.port`` over gRPC. Raises
+    ``SchemaNotCurrent`` and the database's errors.
     """
-    if config.engine != "embedded":
-        raise UnsupportedEngine(
-            "engine 'spider' (a Spider cluster over gRPC) is not available in this build; "
-            "remove the `spider` section or set `coordinator.engine: embedded`"
-        )
     engine = open_engine(config)
-    url = database_url(config)
-    embedded = EmbeddedSpider(
-        engine, worker_settings(config, url), workers=config.embedded_workers
-    ).start()
     standalone = config.source is None
+    embedded: EmbeddedSpider | None = None
+    client: GrpcSpider | None = None
+    spider: SpiderPort
+    if config.engine == "embedded":
+        embedded = EmbeddedSpider(
+            engine, worker_settings(config, database_url(config)), workers=config.embedded_workers
+        ).start()
+        spider = embedded
+    else:
+        endpoint = config.clp.spider or Spider()
+        _warn_about_upstream_requirements(config)
+        client = GrpcSpider(endpoint.host, endpoint.port)
+        spider = client
     coordinator = Coordinator(
         engine=engine,
-        spider=embedded,
+        spider=spider,
         settings=config.compression_coordinator,
         archive_output=archive_output_of(config),
         instance_id=config.extras.instance_id or (EMBEDDED_INSTANCE_ID if standalone else None),
         lease_duration=timedelta(seconds=lease_secs),
         owns_undecodable_jobs=standalone,
     )
-    return Runtime(config, engine, JobStore(engine), embedded, coordinator, embedded)
+    return Runtime(config, engine, JobStore(engine), spider, coordinator, embedded, client)
+
+
+def _warn_about_upstream_requirements(config: CoordinatorConfig) -> None:
+    if not isinstance(config.clp.logs_input, S3IngestionConfig) or not isinstance(
+        config.clp.archive_output.storage, ArchiveS3Storage
+    ):
+        _log.warning(
+            "logs_input or archive_output is not S3: a Spider cluster running CLP's own task "
+            "package needs both (`coordinator spider serve` runs this coordinator's package, "
+            "which does not)"
+        )
