@@ -86,6 +86,16 @@ def _assert_all_succeeded_once(engine: Engine, jobs: list[int]) -> None:
         assert published >= 1
 
 
+def _wait_until_one_leaves_pending(engine: Engine, jobs: list[int], timeout: float = 60) -> None:
+    store = JobStore(engine)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(store.get(j).status != JobStatus.PENDING for j in jobs):  # type: ignore[union-attr]
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no job left Pending within {timeout} s")
+
+
 @pytest.mark.parametrize("point", POINTS)
 def test_killed_at_each_step_the_job_still_ends_correctly(
     tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch, point: str
@@ -109,13 +119,7 @@ def test_sigkill_mid_run_then_restart(
     data_dir = tmp_path / "var"
     engine, jobs = _prepare_jobs(data_dir, database_url, monkeypatch, 6)
     process = _coordinator(data_dir, database_url)
-    store = JobStore(engine)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        statuses = [store.get(job_id).status for job_id in jobs]  # type: ignore[union-attr]
-        if any(status != JobStatus.PENDING for status in statuses):
-            break
-        time.sleep(0.02)
+    _wait_until_one_leaves_pending(engine, jobs)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     resumed = _coordinator(data_dir, database_url, "--until-idle")
@@ -132,11 +136,7 @@ def test_sigterm_stops_promptly_and_the_next_start_resumes(
     engine, jobs = _prepare_jobs(data_dir, database_url, monkeypatch, 6)
     process = _coordinator(data_dir, database_url)
     store = JobStore(engine)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if any(store.get(j).status != JobStatus.PENDING for j in jobs):  # type: ignore[union-attr]
-            break
-        time.sleep(0.02)
+    _wait_until_one_leaves_pending(engine, jobs)
     asked = time.monotonic()
     process.send_signal(signal.SIGTERM)
     _, errors = process.communicate(timeout=60)
