@@ -106,3 +106,38 @@ def test_the_loop_survives_a_database_outage(tmp_path: Path) -> None:
     coordinator.stopping.set()
     thread.join(timeout=10)
     assert not thread.is_alive() and errors == []
+
+
+def test_foreign_jobs_are_forgotten_once_they_leave_pending(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim query excludes known foreign jobs; that list must not grow without bound."""
+    from sqlalchemy import insert, update
+
+    from coordinator.store.schema import CompressionJob
+
+    if not database_url.startswith("sqlite"):
+        monkeypatch.setenv("COORDINATOR_DATABASE_URL", database_url)
+    config = load_config(None, data_dir=tmp_path / "var")
+    engine = open_engine(config)
+    fs_job = b"(\xb5/\xfd"  # not ours either way: the coordinator must leave it alone
+    with engine.begin() as connection:
+        key = connection.execute(
+            insert(CompressionJob).values(clp_config=fs_job)
+        ).inserted_primary_key
+    assert key is not None
+    coordinator = Coordinator(
+        engine=engine,
+        spider=object(),  # type: ignore[arg-type]  (no job of ours: Spider is never called)
+        settings=config.compression_coordinator,
+        archive_output=archive_output_of(config),
+        instance_id="foreign-test",
+    )
+    coordinator.tick()
+    assert coordinator._foreign == {key[0]}
+    with engine.begin() as connection:  # the legacy scheduler takes it
+        connection.execute(update(CompressionJob).values(status=1))
+    coordinator._next_sweep = 0.0
+    coordinator.tick()
+    assert coordinator._foreign == set()
+    engine.dispose()

@@ -544,6 +544,9 @@ class Coordinator:
         if now < self._next_sweep:
             return
         self._next_sweep = now + SWEEP_INTERVAL_SECS
+        # Foreign jobs leave Pending once the legacy scheduler takes them; forget those, so the
+        # claim query's exclusion list stays as short as the foreign backlog.
+        self._foreign = leases.still_pending(self.engine, self._foreign)
         grace = self.store.clock() - timedelta(seconds=SWEEP_INTERVAL_SECS)
         for job_id, spider_id, clp_config in failed_jobs_with_stored_archives(self.engine, grace):
             if job_id in self.driven:

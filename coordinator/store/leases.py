@@ -234,3 +234,21 @@ def cancel_requests(engine: Engine, job_ids: Collection[int]) -> set[int]:
             )
         )
         return {row.id for row in rows}
+
+
+def still_pending(engine: Engine, job_ids: Collection[int]) -> set[int]:
+    """Which of ``job_ids`` are still Pending."""
+    if not job_ids:
+        return set()
+    pending: set[int] = set()
+    ids = sorted(job_ids)
+    with engine.connect() as connection:
+        for start in range(0, len(ids), 1000):
+            rows = connection.execute(
+                select(_jobs.c.id).where(
+                    _jobs.c.id.in_(ids[start : start + 1000]),
+                    _jobs.c.status == int(JobStatus.PENDING),
+                )
+            )
+            pending.update(row.id for row in rows)
+    return pending
