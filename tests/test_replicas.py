@@ -141,3 +141,45 @@ def test_foreign_jobs_are_forgotten_once_they_leave_pending(
     coordinator.tick()
     assert coordinator._foreign == set()
     engine.dispose()
+
+
+def test_an_unexpected_error_on_one_job_does_not_stop_the_loop(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.service_support import SpiderProxy
+
+    class FlakySpider(SpiderProxy):
+        """Raises an unexpected exception (not a Spider error) on the first state query."""
+
+        failures = 1
+
+        def get_job_state(self, job_id: int) -> JobState:
+            if self.failures:
+                self.failures -= 1
+                raise RuntimeError("a bug in a Spider client")
+            return super().get_job_state(job_id)
+
+    if not database_url.startswith("sqlite"):
+        monkeypatch.setenv("COORDINATOR_DATABASE_URL", database_url)
+    config = load_config(None, data_dir=tmp_path / "var")
+    engine = open_engine(config)
+    write_json_logs(config.object_store_directory / "logs" / "ingest" / "a.jsonl", 200)
+    job_id = submit_job(config, engine, timestamp_key="timestamp")
+    url = engine.url.render_as_string(hide_password=False)
+    spider = EmbeddedSpider(engine, worker_settings(config, url), workers=1).start()
+    try:
+        flaky = FlakySpider(spider)
+        coordinator = Coordinator(
+            engine=engine,
+            spider=flaky,
+            settings=config.compression_coordinator,
+            archive_output=archive_output_of(config),
+            instance_id="flaky",
+        )
+        coordinator.run(until_idle=True)
+        row = JobStore(engine).get(job_id)
+        assert flaky.failures == 0
+        assert row is not None and row.status == JobStatus.SUCCEEDED
+    finally:
+        spider.close()
+        engine.dispose()

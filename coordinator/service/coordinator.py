@@ -181,17 +181,29 @@ class Coordinator:
         for job in list(self.driven.values()):
             if self.stopping.is_set() and job.status is JobStatus.PENDING:
                 continue
-            if job.status is JobStatus.PENDING and self._monotonic() >= job.retry_submit_at:
-                self._submit(job)
-            elif (
-                job.status is not JobStatus.PENDING
-                and self._monotonic() >= job.next_poll
-                and self._poll(job)
-            ):
-                report.concluded.append(job.job_id)
+            try:
+                if self._advance(job):
+                    report.concluded.append(job.job_id)
+            except SQLAlchemyError:
+                raise  # the database is down: the whole tick waits
+            except Exception:
+                # A bug must not stop the service for every other job: this one waits and retries.
+                _log.exception("unexpected error; the job is retried later", extra=job.log())
+                job.retry_submit_at = job.next_poll = self._monotonic() + max(
+                    1.0, job.backoff_ms / 1000
+                )
         self._sweep()
         report.driven = len(self.driven)
         return report
+
+    def _advance(self, job: DrivenJob) -> bool:
+        """Submit or poll ``job`` when it is due; whether it concluded."""
+        now = self._monotonic()
+        if job.status is JobStatus.PENDING:
+            if now >= job.retry_submit_at:
+                self._submit(job)
+            return False
+        return now >= job.next_poll and self._poll(job)
 
     def release_leases(self) -> None:
         """Give up every lease now, so another coordinator (or the next start) continues at once."""
