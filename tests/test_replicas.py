@@ -10,8 +10,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
-from coordinator.config.loader import load_config
+from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import submit_job
@@ -23,17 +24,25 @@ from coordinator.store.jobs import JobStore
 from tests.sample_logs import write_json_logs
 
 
-def test_a_dead_coordinators_job_is_taken_over_and_the_old_one_is_fenced_out(
-    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _one_job(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch, *, workers: int
+) -> tuple[CoordinatorConfig, Engine, int, EmbeddedSpider]:
+    """The embedded default on the test's database, one submitted job, and a started engine."""
     if not database_url.startswith("sqlite"):
         monkeypatch.setenv("COORDINATOR_DATABASE_URL", database_url)
     config = load_config(None, data_dir=tmp_path / "var")
     engine = open_engine(config)
-    write_json_logs(config.object_store_directory / "logs" / "ingest" / "a.jsonl", 500)
+    write_json_logs(config.object_store_directory / "logs" / "ingest" / "a.jsonl", 300)
     job_id = submit_job(config, engine, timestamp_key="timestamp")
     url = engine.url.render_as_string(hide_password=False)
-    spider = EmbeddedSpider(engine, worker_settings(config, url), workers=2).start()
+    spider = EmbeddedSpider(engine, worker_settings(config, url), workers=workers).start()
+    return config, engine, job_id, spider
+
+
+def test_a_dead_coordinators_job_is_taken_over_and_the_old_one_is_fenced_out(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, engine, job_id, spider = _one_job(tmp_path, database_url, monkeypatch, workers=2)
 
     def coordinator(name: str) -> Coordinator:
         return Coordinator(
@@ -159,14 +168,7 @@ def test_an_unexpected_error_on_one_job_does_not_stop_the_loop(
                 raise RuntimeError("a bug in a Spider client")
             return super().get_job_state(job_id)
 
-    if not database_url.startswith("sqlite"):
-        monkeypatch.setenv("COORDINATOR_DATABASE_URL", database_url)
-    config = load_config(None, data_dir=tmp_path / "var")
-    engine = open_engine(config)
-    write_json_logs(config.object_store_directory / "logs" / "ingest" / "a.jsonl", 200)
-    job_id = submit_job(config, engine, timestamp_key="timestamp")
-    url = engine.url.render_as_string(hide_password=False)
-    spider = EmbeddedSpider(engine, worker_settings(config, url), workers=1).start()
+    config, engine, job_id, spider = _one_job(tmp_path, database_url, monkeypatch, workers=1)
     try:
         flaky = FlakySpider(spider)
         coordinator = Coordinator(

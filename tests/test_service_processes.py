@@ -86,6 +86,15 @@ def _assert_all_succeeded_once(engine: Engine, jobs: list[int]) -> None:
         assert published >= 1
 
 
+def _resume_until_idle(data_dir: Path, database_url: str, engine: Engine, jobs: list[int]) -> None:
+    """Start the coordinator again until nothing is left; every job must have ended well, once."""
+    resumed = _coordinator(data_dir, database_url, "--until-idle")
+    _, errors = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, errors
+    _assert_all_succeeded_once(engine, jobs)
+    engine.dispose()
+
+
 def _wait_until_one_leaves_pending(engine: Engine, jobs: list[int], timeout: float = 60) -> None:
     store = JobStore(engine)
     deadline = time.monotonic() + timeout
@@ -106,11 +115,7 @@ def test_killed_at_each_step_the_job_still_ends_correctly(
     _, errors = crashed.communicate(timeout=120)
     assert crashed.returncode == CRASH_EXIT_STATUS, errors
 
-    resumed = _coordinator(data_dir, database_url, "--until-idle")
-    _, errors = resumed.communicate(timeout=120)
-    assert resumed.returncode == 0, errors
-    _assert_all_succeeded_once(engine, jobs)
-    engine.dispose()
+    _resume_until_idle(data_dir, database_url, engine, jobs)
 
 
 def test_sigkill_mid_run_then_restart(
@@ -122,11 +127,7 @@ def test_sigkill_mid_run_then_restart(
     _wait_until_one_leaves_pending(engine, jobs)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
-    resumed = _coordinator(data_dir, database_url, "--until-idle")
-    _, errors = resumed.communicate(timeout=180)
-    assert resumed.returncode == 0, errors
-    _assert_all_succeeded_once(engine, jobs)
-    engine.dispose()
+    _resume_until_idle(data_dir, database_url, engine, jobs)
 
 
 def test_sigterm_stops_promptly_and_the_next_start_resumes(
@@ -153,11 +154,7 @@ def test_sigterm_stops_promptly_and_the_next_start_resumes(
             {"now": store.clock()},
         ).scalar_one()
     assert held == 0  # leases released on the way out
-    resumed = _coordinator(data_dir, database_url, "--until-idle")
-    _, errors = resumed.communicate(timeout=180)
-    assert resumed.returncode == 0, errors
-    _assert_all_succeeded_once(engine, jobs)
-    engine.dispose()
+    _resume_until_idle(data_dir, database_url, engine, jobs)
 
 
 def test_json_logs_name_the_job_and_the_spider_job(tmp_path: Path) -> None:
