@@ -88,6 +88,8 @@ class CompressionJob(Base):
     """Fencing token: bumped whenever ownership changes; a fenced write checks it."""
     cancel_requested_at: Mapped[datetime | None] = mapped_column(Millis)
     """When an operator asked for the job to be cancelled."""
+    committed_at: Mapped[datetime | None] = mapped_column(Millis)
+    """When the commit task published the archives (migration 0004): the Committed marker."""
 
 
 class JobTransition(Base):
@@ -210,6 +212,7 @@ class StoredArchive(Base):
     __table_args__ = (
         Index("STORED_ARCHIVE_SPIDER_JOB", "spider_job_id"),
         Index("STORED_ARCHIVE_ID", "archive_id"),
+        Index("STORED_ARCHIVE_JOB", "job_id"),
         MYSQL_TABLE_OPTIONS,
     )
 
@@ -222,6 +225,8 @@ class StoredArchive(Base):
     location: Mapped[str] = mapped_column(String(2048))
     size: Mapped[int] = mapped_column(BigInteger)
     stored_at: Mapped[datetime] = mapped_column(Millis)
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    """The compression job the archive was stored for (migration 0004; older records may lack it)."""
 
 
 class EngineResourceGroup(Base):

@@ -31,6 +31,8 @@ class StoredArchiveRecord:
     location: str
     size: int
     stored_at: datetime
+    job_id: int | None = None
+    """The compression job it was stored for; ``None`` only on records older than migration 0004."""
 
 
 def record_stored_archive(connection: Connection, record: StoredArchiveRecord) -> None:
