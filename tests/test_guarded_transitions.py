@@ -25,7 +25,7 @@ from coordinator.store.guarded import (
     LostRace,
     NotFound,
 )
-from coordinator.store.jobs import JobStore
+from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.schema import CompressionJob, Dataset
 from tests.paths import SPIDER_ID, new_job_in, request
 
@@ -67,7 +67,7 @@ def test_every_legal_transition_applies_and_records(store: JobStore, edge: Edge)
     assert result.edge is edge
     job = store.get(job_id)
     assert job is not None
-    assert job.status == edge.dest
+    assert job_state(job) == edge.dest
     assert job.update_time == now.replace(microsecond=0) or job.update_time == now
     if Record.SUBMISSION in edge.records:
         assert (job.spider_id, job.num_tasks, job.start_time) == (SPIDER_ID, 3, now)

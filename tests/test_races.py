@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
-from coordinator.store.jobs import JobStore
+from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.schema import JobTransition
 from tests.paths import new_job_in
 
@@ -127,9 +127,10 @@ def test_the_commit_task_and_a_failure_report_race_one_outcome_each_time(store: 
         assert len(applied) == 1, results
         row = store.get(job)
         assert row is not None
-        assert row.status == applied[0].edge.dest
+        assert job_state(row) == applied[0].edge.dest
         moves = [(h.from_status, h.to_status) for h in store.history(job)]
         assert moves == [(0, 1), (1, int(applied[0].edge.dest))]
         for result in results:
             if isinstance(result, LostRace):
                 assert result.actual_status == row.status
+                assert result.state == job_state(row)

@@ -3,8 +3,8 @@
 The numbers 0-4 are CLP's ``CompressionJobStatus`` (Python ``scheduler/constants.py``, Rust
 ``job_config/compression.rs``) and must never change: the log-ingestor, the legacy Celery scheduler
 and the WebUI read them from ``compression_jobs.status``. ``COMMITTED`` (5) is the coordinator's own
-non-terminal state between the commit task's publication and Spider's final word; see the README's
-compatibility section for what other CLP readers must learn about it.
+non-terminal state between the commit task's publication and Spider's final word; by default it is
+*stored* as RUNNING plus a marker column, so CLP's readers never see 5 (``storage.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Publishing a job's archives (the commit) and withdrawing them (the rollback).
 
 Publication is the durable decision of a compression job (``clp-contract.md`` §10, done better):
-in **one** transaction, the job row is locked by its Spider job id, the dataset is registered,
+in **one** transaction, the one in-flight job row that records the Spider job id is locked (a
+terminal row with the same id never matches, several are refused), the dataset is registered,
 every archive is inserted into ``clp_{dataset}_archives`` with ``creator_id`` = the Spider job id
 and ``creation_ix`` = its index, and the job moves Running → Committed through the guarded
 transition with its sizes and duration. It is idempotent: a job already Committed or Succeeded is
@@ -13,15 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import cast
 
-from sqlalchemy import Connection, Table, delete, insert, select
+from sqlalchemy import Connection, delete, insert, inspect, select
 
-from coordinator.lifecycle import Actor, JobStatus, describe_status
+from coordinator.lifecycle import Actor, JobStatus
 from coordinator.store.datasets import archives_table, ensure_dataset_tables, register_dataset
 from coordinator.store.guarded import Applied, TransitionRequest
-from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CompressionJob
+from coordinator.store.jobs import JobStore, SpiderJobUnmatched, in_flight_job_of
+from coordinator.store.stored_archives import attribute_stored_archives, stored_archives_of_job
 from coordinator.task_io import ArchiveMetadata
 
 INSERT_BATCH_SIZE = 1000
@@ -58,8 +58,8 @@ def publish_archives(
 ) -> PublishResult:
     """Publish ``archives`` of the job Spider knows as ``spider_job_id`` and mark it Committed.
 
-    Raises ``CommitRefused`` (no such job; the job is neither Running nor already committed, e.g.
-    killed by CLP's legacy scheduler), ``ValueError`` for an empty archive list,
+    Raises ``CommitRefused`` (no in-flight job records the Spider job id, e.g. it was killed by
+    CLP's legacy scheduler, or several do), ``ValueError`` for an empty archive list,
     ``InvalidDatasetName``, or the driver's errors (nothing is then published). A lost race with a
     concurrent writer surfaces as ``CommitRefused`` too, after the rollback.
     """
@@ -67,22 +67,13 @@ def publish_archives(
         raise ValueError("commit received no archives to publish")
     ensure_dataset_tables(store.engine, dataset)
     table = archives_table(dataset)
-    jobs = cast(Table, CompressionJob.__table__)
     with store.engine.begin() as connection:
-        row = connection.execute(
-            select(jobs.c.id, jobs.c.status)
-            .where(jobs.c.spider_id == spider_job_id)
-            .with_for_update()
-        ).one_or_none()
-        if row is None:
-            raise CommitRefused(f"no CLP compression job found for spider job {spider_job_id}")
-        if row.status in (JobStatus.COMMITTED, JobStatus.SUCCEEDED):
-            return PublishResult(row.id, Publication.ALREADY_COMMITTED, 0)
-        if row.status != JobStatus.RUNNING:
-            raise CommitRefused(
-                f"CLP compression job {row.id} is no longer running "
-                f"({describe_status(row.status)}); refusing to commit"
-            )
+        try:
+            job_id, state = in_flight_job_of(connection, spider_job_id, lock=True)
+        except SpiderJobUnmatched as error:
+            raise CommitRefused(f"{error}; refusing to commit") from error
+        if state is JobStatus.COMMITTED:
+            return PublishResult(job_id, Publication.ALREADY_COMMITTED, 0)
         register_dataset(connection, dataset, archive_storage_directory)
         rows = [
             {
@@ -98,10 +89,13 @@ def publish_archives(
         ]
         for start in range(0, len(rows), INSERT_BATCH_SIZE):
             connection.execute(insert(table), rows[start : start + INSERT_BATCH_SIZE])
+        attribute_stored_archives(
+            connection, job_id, spider_job_id, [archive.id for archive in archives]
+        )
         result = store.apply(
             connection,
             TransitionRequest(
-                row.id,
+                job_id,
                 "committed",
                 JobStatus.RUNNING,
                 JobStatus.COMMITTED,
@@ -116,18 +110,54 @@ def publish_archives(
         if not isinstance(result, Applied):
             # The row was locked above, so only a foreign writer ignoring the lock gets here; the
             # exception rolls the archive rows back.
-            raise CommitRefused(f"job {row.id}: the commit lost its compare-and-set: {result}")
-    return PublishResult(row.id, Publication.PUBLISHED, len(archives))
+            raise CommitRefused(f"job {job_id}: the commit lost its compare-and-set: {result}")
+    return PublishResult(job_id, Publication.PUBLISHED, len(archives))
 
 
-def withdraw_archives(connection: Connection, dataset: str, spider_job_id: int) -> list[str]:
-    """Delete, in the caller's transaction, the archive rows the Spider job published; their ids.
+def published_archives_of_job(
+    connection: Connection, job_id: int, spider_job_id: int | None
+) -> dict[str, list[str]]:
+    """The job's archives that are published, as ``{dataset: [archive id, ...]}``.
 
-    The rollback runs this in the same transaction as Committed → Failed/Killed, so a job is never
-    left half-published. Raises ``InvalidDatasetName`` or the driver's errors.
+    An archive row is the job's when its ``creator_id`` is the job's Spider job id **and** its id
+    is among the archives recorded for the job (``compression_stored_archives``), in that record's
+    dataset: another job that shares the Spider id (before a reset of Spider) is never counted.
+    Raises ``InvalidDatasetName`` (a record with an unsafe dataset) or the driver's errors.
     """
-    table = archives_table(dataset)
-    published_by_job = table.c.creator_id == str(spider_job_id)
-    ids = list(connection.execute(select(table.c.id).where(published_by_job)).scalars())
-    connection.execute(delete(table).where(published_by_job))
-    return ids
+    if spider_job_id is None:
+        return {}
+    recorded: dict[str, list[str]] = {}
+    for record in stored_archives_of_job(connection, job_id):
+        recorded.setdefault(record.dataset, []).append(record.archive_id)
+    published: dict[str, list[str]] = {}
+    for dataset, archive_ids in recorded.items():
+        table = archives_table(dataset)
+        if not inspect(connection).has_table(table.name):
+            continue
+        for start in range(0, len(archive_ids), INSERT_BATCH_SIZE):
+            ids = connection.execute(
+                select(table.c.id).where(
+                    table.c.creator_id == str(spider_job_id),
+                    table.c.id.in_(archive_ids[start : start + INSERT_BATCH_SIZE]),
+                )
+            ).scalars()
+            published.setdefault(dataset, []).extend(ids)
+    return {dataset: ids for dataset, ids in published.items() if ids}
+
+
+def withdraw_archives(connection: Connection, job_id: int, spider_job_id: int) -> list[str]:
+    """Delete, in the caller's transaction, the archive rows the job published; their ids.
+
+    Which rows are the job's: see ``published_archives_of_job``. The rollback runs this in the
+    same transaction as Committed → Failed/Killed, so a job is never left half-published; it is
+    idempotent. Raises ``InvalidDatasetName`` or the driver's errors.
+    """
+    withdrawn: list[str] = []
+    for dataset, ids in published_archives_of_job(connection, job_id, spider_job_id).items():
+        table = archives_table(dataset)
+        for start in range(0, len(ids), INSERT_BATCH_SIZE):
+            connection.execute(
+                delete(table).where(table.c.id.in_(ids[start : start + INSERT_BATCH_SIZE]))
+            )
+        withdrawn += ids
+    return withdrawn

@@ -7,6 +7,14 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import (
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import ConnectionPoolEntry
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
@@ -63,3 +71,41 @@ def _begin_immediately(engine: Engine) -> None:
 def is_mysql(engine: Engine) -> bool:
     """Whether ``engine`` speaks to MySQL or MariaDB."""
     return engine.dialect.name in ("mysql", "mariadb")
+
+
+_TRANSIENT_MYSQL_ERRORS = frozenset(
+    {
+        1040,  # too many connections
+        1053,  # server shutdown in progress
+        1205,  # lock wait timeout
+        1213,  # deadlock
+        1927,  # connection was killed
+        2002,  # cannot connect through the socket
+        2003,  # cannot connect to the server
+        2006,  # server has gone away
+        2013,  # lost connection during query
+        2055,  # lost connection at handshake / system error
+    }
+)
+_TRANSIENT_SQLITE_WORDS = ("locked", "busy", "unable to open", "disk i/o")
+
+
+def is_transient(error: SQLAlchemyError) -> bool:
+    """Whether ``error`` is an outage (worth retrying without limit) rather than a lasting fault.
+
+    Outages: a connection lost or refused, a pool exhausted, a deadlock or lock timeout, a busy
+    SQLite file. Everything else (a missing privilege, a table that cannot be created, bad data)
+    would fail the same way on every attempt.
+    """
+    if isinstance(error, DisconnectionError | PoolTimeout | InterfaceError):
+        return True
+    if isinstance(error, DBAPIError):
+        if error.connection_invalidated:
+            return True
+        code = error.orig.args[0] if error.orig is not None and error.orig.args else None
+        if isinstance(code, int):
+            return code in _TRANSIENT_MYSQL_ERRORS
+        if isinstance(error, OperationalError):
+            text = str(error.orig).lower()
+            return any(word in text for word in _TRANSIENT_SQLITE_WORDS)
+    return False

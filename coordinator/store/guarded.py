@@ -3,7 +3,12 @@
 A transition is one compare-and-set inside the caller's database transaction::
 
     UPDATE compression_jobs SET status = :dest, update_time = :now, <what the edge records>
-     WHERE id = :id AND status = :source <AND the edge's row guards> [AND lease_epoch = :fence]
+     WHERE id = :id AND <the source state's stored form> <AND the edge's row guards>
+       [AND lease_epoch = :fence]
+
+The stored forms come from ``coordinator.lifecycle.storage``: Running is ``status = 1 AND
+committed_at IS NULL``, Committed is ``status IN (1, 5) AND committed_at IS NOT NULL``, and a move
+into Committed writes ``committed_at`` with the status its ``CommittedStorage`` setting selects.
 
 followed by a check of the matched row count and, when it matched, the history row. The edge
 comes from ``coordinator.lifecycle`` (``plan_transition``), so an illegal move is refused before any
@@ -22,13 +27,18 @@ from typing import cast
 from sqlalchemy import ColumnElement, Connection, Table, and_, func, insert, select, update
 
 from coordinator.lifecycle import (
+    DEFAULT_COMMITTED_STORAGE,
+    STORED_FORMS,
     Actor,
+    CommittedStorage,
     Edge,
     JobStatus,
     Record,
     RowGuard,
-    describe_status,
+    describe_stored,
     plan_transition,
+    state_of,
+    stored_status,
 )
 from coordinator.store.clock import Clock, utc_now
 from coordinator.store.messages import fit_status_msg
@@ -84,20 +94,33 @@ class Applied:
 
 @dataclass(frozen=True)
 class LostRace:
-    """The row no longer matched the request: it holds ``actual_status`` (and the rest) now."""
+    """The row no longer matched the request: it holds ``actual_status`` (and the rest) now.
+
+    ``actual_status`` is the raw ``status`` column and ``committed_at`` the commit marker; ``state``
+    reads them as the lifecycle does.
+    """
 
     job_id: int
     expected: JobStatus
     actual_status: int
     spider_id: int | None
     lease_epoch: int
+    committed_at: datetime | None = None
+
+    @property
+    def state(self) -> JobStatus | None:
+        """The lifecycle state the row holds, ``None`` for a status no one defines."""
+        try:
+            return state_of(self.actual_status, self.committed_at)
+        except ValueError:
+            return None
 
     def describe(self) -> str:
         """One sentence for logs: what was expected and what the row holds."""
         return (
             f"job {self.job_id} was expected {self.expected.label} but is "
-            f"{describe_status(self.actual_status)} (spider_id={self.spider_id}, "
-            f"lease_epoch={self.lease_epoch})"
+            f"{describe_stored(self.actual_status, self.committed_at)} "
+            f"(spider_id={self.spider_id}, lease_epoch={self.lease_epoch})"
         )
 
 
@@ -117,20 +140,26 @@ def apply_transition(
     *,
     clock: Clock = utc_now,
     fit_message: Callable[[str], str] = fit_status_msg,
+    committed_storage: CommittedStorage = DEFAULT_COMMITTED_STORAGE,
 ) -> TransitionResult:
     """Apply ``request`` inside the transaction already open on ``connection``.
 
-    The caller commits (and runs any statements that must be atomic with the move, after an
-    ``Applied``). Raises ``IllegalTransition`` or ``InvalidTransitionRequest`` before any SQL, and
-    the driver's errors as they come (the caller's transaction is then to be rolled back).
+    ``committed_storage`` selects the ``status`` a move into Committed writes. The caller commits
+    (and runs any statements that must be atomic with the move, after an ``Applied``). Raises
+    ``IllegalTransition`` or ``InvalidTransitionRequest`` before any SQL, and the driver's errors
+    as they come (the caller's transaction is then to be rolled back).
     """
     edge = validate_request(request)
     now = clock()
     values = _recorded_values(connection, edge, request, now, fit_message)
     if values is None:
         return NotFound(request.job_id)
+    if edge.dest is JobStatus.COMMITTED:
+        values["committed_at"] = now
     matched = connection.execute(
-        update(_jobs).where(*_guards(edge, request)).values(status=int(edge.dest), **values)
+        update(_jobs)
+        .where(*_guards(edge, request))
+        .values(status=stored_status(edge.dest, committed_storage), **values)
     ).rowcount
     if matched != 1:
         return _explain_no_match(connection, request)
@@ -221,10 +250,7 @@ def _recorded_values(
 
 
 def _guards(edge: Edge, request: TransitionRequest) -> list[ColumnElement[bool]]:
-    guards: list[ColumnElement[bool]] = [
-        _jobs.c.id == request.job_id,
-        _jobs.c.status == int(edge.source),
-    ]
+    guards: list[ColumnElement[bool]] = [_jobs.c.id == request.job_id, *in_state(edge.source)]
     for guard in edge.guards:
         if guard is RowGuard.SPIDER_ID_UNSET:
             guards.append(_jobs.c.spider_id.is_(None))
@@ -235,15 +261,37 @@ def _guards(edge: Edge, request: TransitionRequest) -> list[ColumnElement[bool]]
     return [and_(*guards)]
 
 
+def in_state(state: JobStatus) -> list[ColumnElement[bool]]:
+    """The conditions that select the rows holding ``state`` (its stored forms)."""
+    form = STORED_FORMS[state]
+    conditions: list[ColumnElement[bool]] = [
+        _jobs.c.status == form.statuses[0]
+        if len(form.statuses) == 1
+        else _jobs.c.status.in_(form.statuses)
+    ]
+    if form.committed is True:
+        conditions.append(_jobs.c.committed_at.is_not(None))
+    elif form.committed is False:
+        conditions.append(_jobs.c.committed_at.is_(None))
+    return conditions
+
+
 def _explain_no_match(connection: Connection, request: TransitionRequest) -> LostRace | NotFound:
     row = connection.execute(
-        select(_jobs.c.status, _jobs.c.spider_id, _jobs.c.lease_epoch).where(
+        select(_jobs.c.status, _jobs.c.spider_id, _jobs.c.lease_epoch, _jobs.c.committed_at).where(
             _jobs.c.id == request.job_id
         )
     ).one_or_none()
     if row is None:
         return NotFound(request.job_id)
-    return LostRace(request.job_id, request.source, row.status, row.spider_id, row.lease_epoch)
+    return LostRace(
+        request.job_id,
+        request.source,
+        row.status,
+        row.spider_id,
+        row.lease_epoch,
+        row.committed_at,
+    )
 
 
 def _lease_epoch(connection: Connection, request: TransitionRequest) -> int:

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import cached_property
+from typing import cast
 
-from sqlalchemy import Connection, Engine, insert, select, text
+from sqlalchemy import Connection, Engine, Table, insert, select, text
 from sqlalchemy.orm import Session
 
+from coordinator.lifecycle import (
+    DEFAULT_COMMITTED_STORAGE,
+    IN_FLIGHT_STATUS_VALUES,
+    CommittedStorage,
+    JobStatus,
+    state_of,
+)
 from coordinator.store import names
 from coordinator.store.clock import Clock, utc_now
 from coordinator.store.database import is_mysql
@@ -21,6 +29,8 @@ from coordinator.store.guarded import (
 from coordinator.store.messages import fit_status_msg
 from coordinator.store.schema import CompressionJob, JobTransition
 
+_jobs = cast(Table, CompressionJob.__table__)
+
 Effects = Callable[[Connection, Applied], None]
 """Statements that must commit with a move, or not at all (publish or withdraw archives...)."""
 
@@ -28,9 +38,16 @@ Effects = Callable[[Connection, Applied], None]
 class JobStore:
     """Guarded transitions and reads over one database."""
 
-    def __init__(self, engine: Engine, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Clock = utc_now,
+        committed_storage: CommittedStorage = DEFAULT_COMMITTED_STORAGE,
+    ) -> None:
         self.engine = engine
         self.clock = clock
+        self.committed_storage = committed_storage
 
     def transition(
         self, request: TransitionRequest, *, effects: Effects | None = None
@@ -51,7 +68,11 @@ class JobStore:
     def apply(self, connection: Connection, request: TransitionRequest) -> TransitionResult:
         """Apply ``request`` inside the caller's transaction (see ``apply_transition``)."""
         return apply_transition(
-            connection, request, clock=self.clock, fit_message=self.fit_status_msg
+            connection,
+            request,
+            clock=self.clock,
+            fit_message=self.fit_status_msg,
+            committed_storage=self.committed_storage,
         )
 
     def fit_status_msg(self, text_: str) -> str:
@@ -91,6 +112,14 @@ class JobStore:
                 session.expunge(job)
             return job
 
+    def state(self, job_id: int) -> JobStatus | None:
+        """The lifecycle state of the job, ``None`` when there is no such job.
+
+        Raises ``ValueError`` for a status no one defines.
+        """
+        job = self.get(job_id)
+        return None if job is None else job_state(job)
+
     def history(self, job_id: int) -> Sequence[JobTransition]:
         """The job's applied moves, oldest first."""
         with Session(self.engine, expire_on_commit=False) as session:
@@ -98,3 +127,40 @@ class JobStore:
             rows = session.scalars(query.order_by(JobTransition.id)).all()
             session.expunge_all()
             return rows
+
+
+def job_state(job: CompressionJob) -> JobStatus:
+    """The lifecycle state of a row; raises ``ValueError`` for a status no one defines."""
+    return state_of(job.status, job.committed_at)
+
+
+class SpiderJobUnmatched(LookupError):
+    """No in-flight compression job records the Spider job id, or several do."""
+
+
+def in_flight_job_of(
+    connection: Connection, spider_job_id: int, *, lock: bool = False
+) -> tuple[int, JobStatus]:
+    """The id and state of the one Running or Committed job that records ``spider_job_id``.
+
+    A Spider job id alone is not an identity: CLP's Rust coordinator, an earlier engine or a reset
+    Spider may have used it before, so terminal rows never match (their Spider job is over) and
+    several in-flight rows are an ambiguity reported rather than guessed. With ``lock`` the row is
+    read ``FOR UPDATE``. Raises ``SpiderJobUnmatched`` saying which case it is, or the driver's
+    errors.
+    """
+    query = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
+        _jobs.c.spider_id == spider_job_id, _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES)
+    )
+    rows = connection.execute(query.with_for_update() if lock else query).all()
+    if not rows:
+        raise SpiderJobUnmatched(
+            f"no running CLP compression job records Spider job {spider_job_id}"
+        )
+    if len(rows) > 1:
+        listed = ", ".join(str(row.id) for row in sorted(rows, key=lambda row: row.id))
+        raise SpiderJobUnmatched(
+            f"CLP compression jobs {listed} all record Spider job {spider_job_id} and are in "
+            "flight; refusing to guess which one this Spider job belongs to"
+        )
+    return rows[0].id, state_of(rows[0].status, rows[0].committed_at)

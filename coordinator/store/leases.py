@@ -27,11 +27,10 @@ from typing import cast
 
 from sqlalchemy import ColumnElement, Connection, Engine, Table, and_, func, or_, select, update
 
-from coordinator.lifecycle import JobStatus
+from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus, state_of
 from coordinator.store.schema import CompressionJob
 
 _jobs = cast(Table, CompressionJob.__table__)
-IN_FLIGHT = (int(JobStatus.RUNNING), int(JobStatus.COMMITTED))
 
 
 @dataclass(frozen=True)
@@ -119,9 +118,10 @@ def take_over_in_flight(
                 _jobs.c.status,
                 _jobs.c.spider_id,
                 _jobs.c.clp_config,
+                _jobs.c.committed_at,
             )
             .where(
-                _jobs.c.status.in_(IN_FLIGHT),
+                _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES),
                 _jobs.c.spider_id.is_not(None),
                 _claimable_by(owner, now),
                 *([_jobs.c.id.not_in(list(skip))] if skip else []),
@@ -136,7 +136,7 @@ def take_over_in_flight(
                     Lease(
                         row.id,
                         row.lease_epoch + 1,
-                        JobStatus(row.status),
+                        state_of(row.status, row.committed_at),
                         row.spider_id,
                         bytes(row.clp_config),
                     )

@@ -58,7 +58,9 @@ def commit(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         raise TaskError(str(error)) from error
     try:
         publish_archives(
-            JobStore(task_engine(ctx.settings)),
+            JobStore(
+                task_engine(ctx.settings), committed_storage=ctx.settings.committed_storage
+            ),
             spider_job_id=ctx.job_id,
             dataset=dataset,
             archive_storage_directory=archive_storage_directory(
