@@ -54,7 +54,7 @@ CNF
   done
   mariadb --socket="$MARIADB_RUN_DIR/mariadb.sock" -uroot -e \
     "CREATE USER 'coordinator'@'127.0.0.1' IDENTIFIED BY 'coordinator';
-     GRANT ALL ON *.* TO 'coordinator'@'127.0.0.1';"
+     GRANT ALL ON *.* TO 'coordinator'@'127.0.0.1' WITH GRANT OPTION;"
   export COORDINATOR_TEST_MARIADB_URL="mysql+pymysql://coordinator:coordinator@127.0.0.1:$port/"
   echo "Private MariaDB on 127.0.0.1:$port ($MARIADB_RUN_DIR): $(mariadb --version)"
 }

@@ -6,13 +6,19 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, select, text
 
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.store.archives import withdraw_archives
-from coordinator.store.datasets import archives_table
-from coordinator.store.jobs import JobStore
+from coordinator.store.clock import utc_now
+from coordinator.store.datasets import archives_table, ensure_dataset_tables
+from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.schema import Dataset
+from coordinator.store.stored_archives import (
+    StoredArchiveRecord,
+    record_stored_archive,
+    stored_archives_of_job,
+)
 from coordinator.task_io import ArchiveMetadata, CompressionTaskOutput
 from coordinator.tasks.commit import commit
 from coordinator.tasks.context import FsArchiveOutput, TaskContext, TaskError, WorkerSettings
@@ -65,11 +71,13 @@ def test_the_commit_publishes_and_moves_the_job_to_committed(
 
     job = store.get(job_id)
     assert job is not None
-    assert (job.status, job.uncompressed_size, job.compressed_size) == (
+    assert (job_state(job), job.uncompressed_size, job.compressed_size) == (
         JobStatus.COMMITTED,
         600,
         60,
     )
+    # CLP's readers see a job still running (the default stored form of Committed).
+    assert (job.status, job.committed_at is not None) == (JobStatus.RUNNING, True)
     assert job.duration is not None and job.duration >= 0
     creator = str(SPIDER_ID)
     assert _published(migrated_engine) == [
@@ -97,10 +105,13 @@ def test_a_second_commit_is_a_no_op(
 def test_a_succeeded_job_is_left_alone(
     store: JobStore, migrated_engine: Engine, tmp_path: Path
 ) -> None:
+    """A terminal row never matches a commit: its Spider job is over."""
     job_id = new_job_in(store, JobStatus.SUCCEEDED)
-    commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+    with pytest.raises(TaskError, match="no running CLP compression job records Spider job"):
+        commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
     job = store.get(job_id)
     assert job is not None and job.status == JobStatus.SUCCEEDED
+    assert _published(migrated_engine) == []
 
 
 def test_concurrent_commits_publish_exactly_one_set(
@@ -125,7 +136,7 @@ def test_concurrent_commits_publish_exactly_one_set(
     assert errors == []
     assert len(_published(migrated_engine)) == 3
     job = store.get(job_id)
-    assert job is not None and job.status == JobStatus.COMMITTED
+    assert job is not None and job_state(job) == JobStatus.COMMITTED
     assert [h.trigger for h in store.history(job_id)].count("committed") == 1
 
 
@@ -137,14 +148,17 @@ def test_a_job_killed_meanwhile_is_refused(
     with migrated_engine.begin() as connection:
         connection.execute(text("UPDATE compression_jobs SET status = 4 WHERE status = 1"))
     with pytest.raises(
-        TaskError, match=f"job {job_id} is no longer running \\(Killed\\); refusing"
+        TaskError, match=f"no running CLP compression job records Spider job {SPIDER_ID}; refusing"
     ):
         commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
     assert _published(migrated_engine) == []
+    assert store.get(job_id) is not None
 
 
 def test_an_unknown_spider_job_is_refused(migrated_engine: Engine, tmp_path: Path) -> None:
-    with pytest.raises(TaskError, match=f"no CLP compression job found for spider job {SPIDER_ID}"):
+    with pytest.raises(
+        TaskError, match=f"no running CLP compression job records Spider job {SPIDER_ID}"
+    ):
         commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
 
 
@@ -184,24 +198,85 @@ def test_undecodable_outputs_are_refused(migrated_engine: Engine, tmp_path: Path
         commit(broken, [])
 
 
+def _record_stored(engine: Engine, archives: list[tuple[str, str]], job_id: int | None) -> None:
+    """Records as the compress task writes them: ``(dataset, archive id)`` of SPIDER_ID."""
+    with engine.begin() as connection:
+        for dataset, archive_id in archives:
+            record_stored_archive(
+                connection,
+                StoredArchiveRecord(
+                    spider_job_id=SPIDER_ID,
+                    task_id="0",
+                    instance_id=1,
+                    dataset=dataset,
+                    archive_id=archive_id,
+                    location=f"/archives/{dataset}/{archive_id}",
+                    size=1,
+                    stored_at=utc_now(),
+                    job_id=job_id,
+                ),
+            )
+
+
+STORED = [("web", "a0"), ("web", "a1"), ("web", "b0")]
+
+
+def test_the_commit_finds_its_job_among_older_rows_with_the_same_spider_id(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """CLP's Rust coordinator or a reset Spider used the id before: terminal rows never match.
+
+    Before the lookup took in-flight rows only, this failed with ``MultipleResultsFound``.
+    """
+    older = [new_job_in(store, JobStatus.SUCCEEDED) for _ in range(2)]
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    _record_stored(migrated_engine, STORED, None)
+    commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+    assert store.state(job_id) is JobStatus.COMMITTED
+    assert [store.state(old) for old in older] == [JobStatus.SUCCEEDED] * 2
+    with migrated_engine.connect() as connection:
+        attributed = stored_archives_of_job(connection, job_id)
+    assert sorted(record.archive_id for record in attributed) == ["a0", "a1", "b0"]
+
+
+def test_two_in_flight_jobs_with_one_spider_id_are_refused(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """An ambiguous match is a clear failure, never a guess."""
+    first, second = new_job_in(store, JobStatus.RUNNING), new_job_in(store, JobStatus.RUNNING)
+    with pytest.raises(
+        TaskError, match=f"jobs {first}, {second} all record Spider job {SPIDER_ID}"
+    ):
+        commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+    assert _published(migrated_engine) == []
+    assert [store.state(first), store.state(second)] == [JobStatus.RUNNING] * 2
+
+
 def test_withdrawal_removes_exactly_the_jobs_archives(
     store: JobStore, migrated_engine: Engine, tmp_path: Path
 ) -> None:
-    new_job_in(store, JobStatus.RUNNING)
-    commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+    """Not an older job's with the same Spider id, nor another Spider job's."""
+    older = new_job_in(store, JobStatus.SUCCEEDED)
     table = archives_table("web")
+    ensure_dataset_tables(migrated_engine, "web")
     with migrated_engine.begin() as connection:
-        connection.execute(
-            table.insert().values(
-                id="other",
-                begin_timestamp=0,
-                end_timestamp=0,
-                uncompressed_size=1,
-                size=1,
-                creator_id="99",
-                creation_ix=0,
+        for archive_id, creator in (("old0", str(SPIDER_ID)), ("other", "99")):
+            connection.execute(
+                table.insert().values(
+                    id=archive_id,
+                    begin_timestamp=0,
+                    end_timestamp=0,
+                    uncompressed_size=1,
+                    size=1,
+                    creator_id=creator,
+                    creation_ix=0,
+                )
             )
-        )
-        assert sorted(withdraw_archives(connection, "web", SPIDER_ID)) == ["a0", "a1", "b0"]
-    with migrated_engine.connect() as connection:
-        assert connection.execute(select(func.count()).select_from(table)).scalar_one() == 1
+    _record_stored(migrated_engine, [("web", "old0")], older)
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    _record_stored(migrated_engine, STORED, None)
+    commit(_context(migrated_engine, tmp_path, OUTPUTS), [])
+    with migrated_engine.begin() as connection:
+        assert sorted(withdraw_archives(connection, job_id, SPIDER_ID)) == ["a0", "a1", "b0"]
+        assert withdraw_archives(connection, job_id, SPIDER_ID) == []  # idempotent
+    assert _published(migrated_engine) == [("old0", str(SPIDER_ID), 0), ("other", "99", 0)]

@@ -71,6 +71,8 @@ def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) 
         if row is None or row.status not in _TERMINAL_VALUES:
             return Settled()
         state = state_of(row.status, row.committed_at)
+        if row.spider_id is not None:
+            attribute_unambiguous_records(connection, int(row.spider_id))
         withdrawn: list[str] = []
         if state is not JobStatus.SUCCEEDED and row.spider_id is not None:
             withdrawn = withdraw_archives(connection, job_id, int(row.spider_id))

@@ -77,16 +77,20 @@ def attribute_stored_archives(
         )
 
 
-def attribute_unambiguous_records(connection: Connection) -> None:
+def attribute_unambiguous_records(
+    connection: Connection, spider_job_id: int | None = None
+) -> None:
     """Name the job on unattributed records whose Spider job id exactly one job records.
 
-    Records the compress task could not attribute (no single in-flight job at the time) become
-    attributable once the job row is known; an id several jobs share stays unattributed.
+    Records the compress task could not attribute (no single in-flight job at the time, e.g. a
+    foreign writer had already finished the job) become attributable once the job row is known;
+    an id several jobs share stays unattributed. ``spider_job_id`` limits this to one Spider job.
     """
     jobs_with_id = select(func.count()).where(_jobs.c.spider_id == _stored.c.spider_job_id)
+    only = [] if spider_job_id is None else [_stored.c.spider_job_id == spider_job_id]
     connection.execute(
         update(_stored)
-        .where(_stored.c.job_id.is_(None), jobs_with_id.scalar_subquery() == 1)
+        .where(*only, _stored.c.job_id.is_(None), jobs_with_id.scalar_subquery() == 1)
         .values(
             job_id=select(_jobs.c.id)
             .where(_jobs.c.spider_id == _stored.c.spider_job_id)

@@ -1,0 +1,177 @@
+"""No job waits forever: an error that repeats ends the job after bounded attempts; outages do not.
+
+Before attempts were bounded, a dataset table that could not be created (or any unexpected error
+of one job) kept the job Pending and retried it every second for ever, and ``run --until-idle``
+never returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
+from coordinator.lifecycle import JobStatus
+from coordinator.service.coordinator import Coordinator
+from coordinator.service.ingest import submit_job
+from coordinator.service.runtime import archive_output_of, open_runtime
+from coordinator.store.database import create_database_engine, is_transient
+from coordinator.store.jobs import job_state
+from tests.service_support import SpiderProxy, job_row, put_logs, run_until_idle, triggers
+
+
+class _FakeClock:
+    """A monotonic clock the test moves, so back-off costs no wall time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self) -> None:
+        self.now += 120.0
+
+
+@pytest.fixture
+def config(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CoordinatorConfig:
+    if database_url.startswith("sqlite"):
+        monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(DATABASE_URL_ENV, database_url)
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    return dataclasses.replace(load_config(None, data_dir=tmp_path / "var"), embedded_workers=1)
+
+
+class _BrokenRegistration(SpiderProxy):
+    def register_job(
+        self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes
+    ) -> int:
+        raise RuntimeError("the adapter is broken")
+
+
+def test_an_error_on_every_attempt_ends_the_job_failed(
+    config: CoordinatorConfig, tmp_path: Path
+) -> None:
+    put_logs(config, tmp_path, ["svc0"])
+    clock = _FakeClock()
+    with open_runtime(config, lease_secs=5) as rt:
+        job_id = submit_job(config, rt.engine, timestamp_key="timestamp")
+        coordinator = Coordinator(
+            engine=rt.engine,
+            spider=_BrokenRegistration(rt.spider),
+            settings=rt.config.compression_coordinator,
+            archive_output=archive_output_of(rt.config),
+            instance_id="attempts",
+            max_attempts=3,
+            clock=clock,
+        )
+        run_until_idle(coordinator, after_tick=clock.advance)
+        row = job_row(rt, job_id)
+        assert job_state(row) is JobStatus.FAILED
+        assert row.status_msg == (
+            "Compression job failed after 3 attempt(s): "
+            "unexpected error: RuntimeError: the adapter is broken"
+        )
+        assert triggers(rt, job_id) == ["rejected"]
+
+
+@pytest.mark.mariadb_only
+def test_a_dataset_table_that_cannot_be_created_fails_the_job_after_bounded_attempts(
+    mariadb_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user without the CREATE privilege: the error repeats, so the job ends Failed saying so."""
+    monkeypatch.setenv(DATABASE_URL_ENV, mariadb_url)
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    config = dataclasses.replace(load_config(None, data_dir=tmp_path / "var"), embedded_workers=1)
+    put_logs(config, tmp_path, ["svc0"])
+    url = make_url(mariadb_url)
+    user = f"limited_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(mariadb_url)
+    clock = _FakeClock()
+    try:
+        with open_runtime(config, lease_secs=5) as rt:
+            job_id = submit_job(config, rt.engine, dataset="nocreate", timestamp_key="timestamp")
+            with admin.begin() as connection:
+                connection.execute(text(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY 'pw'"))
+                connection.execute(
+                    text(
+                        f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{url.database}`.* "
+                        f"TO '{user}'@'127.0.0.1'"
+                    )
+                )
+            limited = create_database_engine(
+                url.set(username=user, password="pw").render_as_string(hide_password=False)
+            )
+            try:
+                coordinator = Coordinator(
+                    engine=limited,
+                    spider=rt.spider,
+                    settings=rt.config.compression_coordinator,
+                    archive_output=archive_output_of(rt.config),
+                    instance_id="limited",
+                    max_attempts=2,
+                    clock=clock,
+                )
+                run_until_idle(coordinator, after_tick=clock.advance)
+            finally:
+                limited.dispose()
+            row = job_row(rt, job_id)
+            assert job_state(row) is JobStatus.FAILED
+            assert row.status_msg.startswith(
+                "Compression job failed after 2 attempt(s): "
+                "cannot create the tables of dataset nocreate: "
+            )
+            assert "CREATE command denied" in row.status_msg
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'"))
+        admin.dispose()
+
+
+@pytest.mark.mariadb_only
+def test_outages_are_transient_and_lasting_faults_are_not(mariadb_url: str) -> None:
+    """Errors raised by a real server and a real refused connection, classified."""
+    url = make_url(mariadb_url)
+    unreachable = create_database_engine(
+        url.set(host="127.0.0.1", port=1).render_as_string(hide_password=False)
+    )
+    engine = create_database_engine(mariadb_url)
+    try:
+        with pytest.raises(SQLAlchemyError) as refused:
+            unreachable.connect()
+        assert is_transient(refused.value)
+        with pytest.raises(SQLAlchemyError) as missing, engine.connect() as connection:
+            connection.execute(text("SELECT * FROM no_such_table"))
+        assert not is_transient(missing.value)
+    finally:
+        unreachable.dispose()
+        engine.dispose()
+
+
+def test_a_busy_sqlite_file_is_an_outage(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    holder = create_engine(f"sqlite:///{path}")
+    waiter = create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05})
+    try:
+        with holder.connect() as connection:
+            connection.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+            connection.commit()
+            connection.exec_driver_sql("BEGIN EXCLUSIVE")
+            with pytest.raises(SQLAlchemyError) as busy, waiter.connect() as other:
+                other.exec_driver_sql("SELECT * FROM t")
+            connection.rollback()
+        assert is_transient(busy.value)
+        with pytest.raises(SQLAlchemyError) as missing, waiter.connect() as other:
+            other.exec_driver_sql("SELECT * FROM missing")
+        assert not is_transient(missing.value)
+    finally:
+        holder.dispose()
+        waiter.dispose()
