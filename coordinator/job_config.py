@@ -168,6 +168,20 @@ def peek_input_type(blob: bytes) -> str | None:
     return input_type if isinstance(input_type, str) else None
 
 
+def peek_endpoint_url(blob: bytes) -> str | None:
+    """The job input's ``endpoint_url``, read as leniently as ``peek_input_type``.
+
+    ``None`` when the input has none (or not a string). Raises ``UndecodableJobConfig`` when the
+    blob is not zstd-compressed msgpack of a map with an ``input`` map.
+    """
+    value = _unpack_blob(blob)
+    job_input = value.get("input") if isinstance(value, Mapping) else None
+    if not isinstance(job_input, Mapping):
+        raise UndecodableJobConfig("the job config has no `input` map")
+    endpoint_url = job_input.get("endpoint_url")
+    return endpoint_url if isinstance(endpoint_url, str) else None
+
+
 def _unpack_blob(blob: bytes) -> Any:
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob))

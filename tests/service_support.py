@@ -15,6 +15,7 @@ from sqlalchemy import Engine, Table, delete, func, inspect, select, update
 
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.config.loader import CoordinatorConfig
+from coordinator.config.locations import local_store_endpoint
 from coordinator.job_config import (
     ClpIoConfig,
     OutputConfig,
@@ -31,11 +32,7 @@ from coordinator.spider.grpc.server import serve
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table
-from coordinator.store.ingestion import (
-    create_ingestion_job,
-    register_objects,
-    submit_compression_job,
-)
+from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
 from coordinator.store.schema import CompressionJob, EngineJob
 from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives
 from coordinator.task_io import DefaultAuthentication
@@ -72,12 +69,14 @@ def put_logs(config: CoordinatorConfig, scratch: Path, services: Sequence[str]) 
 def valid_named_config(
     config: CoordinatorConfig, ingestion_job_id: int, ids: Sequence[int]
 ) -> dict[str, Any]:
-    """The named form of the ``clp_config`` log-ingestor writes for ``ids`` (as ``submit_job``)."""
+    """The named form of the ``clp_config`` log-ingestor writes for ``ids`` (as ``submit_job``),
+    for objects in the local object store of ``config`` (which the job names as its endpoint)."""
     output = config.clp.archive_output
     return ClpIoConfig(
         input=S3ObjectMetadataInputConfig(
             bucket=BUCKET,
             key_prefix=PREFIX,
+            endpoint_url=local_store_endpoint(config.object_store_directory),
             aws_authentication=DefaultAuthentication(),
             ingestion_job_id=ingestion_job_id,
             s3_object_metadata_ids=list(ids),
@@ -108,15 +107,21 @@ def submit_edited_job(
     ``edit(config, ids)`` changes the named config in place. Returns the job id, the ingestion job
     id and the registered object ids.
     """
-    ingestion_job = create_ingestion_job(
-        engine, bucket=BUCKET, key_prefix=PREFIX, dataset="default"
+    scanner = S3ScannerJob(
+        bucket=BUCKET,
+        key_prefix=PREFIX,
+        endpoint_url=local_store_endpoint(config.object_store_directory),
+        dataset="default",
     )
-    ids = register_objects(
-        engine, ingestion_job, list_objects(config, bucket=BUCKET, prefix=PREFIX)
-    )
-    named = valid_named_config(config, ingestion_job, ids)
-    edit(named, ids)
-    return submit_compression_job(engine, compress_blob(named), ids), ingestion_job, ids
+
+    def edited(ingestion_job: int, ids: list[int]) -> bytes:
+        named = valid_named_config(config, ingestion_job, ids)
+        edit(named, ids)
+        return compress_blob(named)
+
+    objects = list_objects(config, bucket=BUCKET, prefix=PREFIX)
+    written = ingest_and_submit(engine, scanner, objects, edited)
+    return written.compression_job_id, written.ingestion_job_id, written.object_ids
 
 
 # --- running the loop ---------------------------------------------------------------------------
@@ -366,6 +371,7 @@ def runtime_over(transport: str, config: CoordinatorConfig, lease_secs: float) -
             instance_id=inner.instance_id,
             lease_duration=inner.lease_duration,
             owns_undecodable_jobs=inner.owns_undecodable_jobs,
+            leaves_job=inner.leaves_job,
         )
         try:
             yield runtime

@@ -12,6 +12,7 @@ from pathlib import Path
 from sqlalchemy import Engine, select
 from yscope_clp_core import KqlQuery, search_archive
 
+from coordinator.config.locations import local_store_endpoint
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.embedded.faults import Fault
@@ -20,7 +21,7 @@ from coordinator.spider.port import JobState, start_if_ready
 from coordinator.spider.task_graph import build_compression_job
 from coordinator.store.datasets import archives_table
 from coordinator.store.guarded import Applied, TransitionRequest
-from coordinator.store.jobs import JobStore
+from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.stored_archives import stored_archives
 from coordinator.task_io import ClpSCompressionOption, DefaultAuthentication, S3InputSource
 from coordinator.tasks.context import FsArchiveOutput, WorkerSettings
@@ -51,7 +52,12 @@ def _submit_clp_job(
         keys.append(key)
     partitions = [keys[:2], keys[2:]]
     sources = [
-        S3InputSource(bucket=BUCKET, aws_authentication=DefaultAuthentication(), object_keys=part)
+        S3InputSource(
+            endpoint_url=local_store_endpoint(data / "objects"),
+            bucket=BUCKET,
+            aws_authentication=DefaultAuthentication(),
+            object_keys=part,
+        )
         for part in partitions
     ]
     option = ClpSCompressionOption(
@@ -98,7 +104,7 @@ def test_a_clp_job_compresses_and_commits(migrated_engine: Engine, tmp_path: Pat
 
     job = store.get(job_id)
     assert job is not None
-    assert job.status == JobStatus.COMMITTED  # the coordinator finalises it, once Spider agrees
+    assert job_state(job) == JobStatus.COMMITTED  # the coordinator finalises it, once Spider agrees
     assert job.uncompressed_size > job.compressed_size > 0
     table = archives_table("web")
     with migrated_engine.connect() as connection:

@@ -21,6 +21,7 @@ from pydantic import SecretStr
 from sqlalchemy import Engine
 from yscope_clp_core import KqlQuery, open_archive, search_archive
 
+from coordinator.config.locations import local_store_endpoint
 from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives
 from coordinator.task_io import (
     ArchiveMetadata,
@@ -87,6 +88,7 @@ def task_inputs(
     bucket: str = BUCKET,
     dataset: str | None = DATASET,
     endpoint_url: str | None = None,
+    store: Path | None = None,
     authentication: AwsAuthentication | None = None,
     target_encoded_size: int = 64 * 1024 * 1024,
     unstructured: bool = False,
@@ -98,7 +100,7 @@ def task_inputs(
         unstructured=unstructured,
     )
     source = S3InputSource(
-        endpoint_url=endpoint_url,
+        endpoint_url=local_store_endpoint(store) if store is not None else endpoint_url,
         bucket=bucket,
         aws_authentication=authentication or DefaultAuthentication(),
         object_keys=keys,
@@ -145,7 +147,9 @@ def test_local_objects_compress_into_a_searchable_fs_archive(
     write_json_logs(tmp_path / "objects" / BUCKET / "app/db 1.jsonl", 100, service="db")
     settings = settings_for(tmp_path, worker_database_url)
 
-    [archive] = run_task(settings, task_inputs(["app/api.jsonl", "app/db 1.jsonl"]))
+    [archive] = run_task(
+        settings, task_inputs(["app/api.jsonl", "app/db 1.jsonl"], store=tmp_path / "objects")
+    )
 
     path = tmp_path / "archives" / DATASET / archive.id
     assert path.is_file()
@@ -171,7 +175,10 @@ def test_small_target_size_makes_several_archives_all_stored_and_recorded(
     write_json_logs(tmp_path / "objects" / BUCKET / "big.jsonl", 1500)
     settings = settings_for(tmp_path, worker_database_url)
 
-    archives = run_task(settings, task_inputs(["big.jsonl"], target_encoded_size=64 * 1024))
+    archives = run_task(
+        settings,
+        task_inputs(["big.jsonl"], target_encoded_size=64 * 1024, store=tmp_path / "objects"),
+    )
 
     assert len(archives) >= 2
     assert len({archive.id for archive in archives}) == len(archives)
@@ -194,7 +201,9 @@ def test_no_dataset_stores_under_default_and_reports_none(
     settings = settings_for(tmp_path, worker_database_url)
     context = TaskContext(job_id=JOB_ID, task_id="3", instance_id=7, settings=settings)
 
-    [payload] = clp_s_s3_compress(context, task_inputs(["a.jsonl"], dataset=None))
+    [payload] = clp_s_s3_compress(
+        context, task_inputs(["a.jsonl"], dataset=None, store=tmp_path / "objects")
+    )
 
     output = CompressionTaskOutput.from_msgpack(payload)
     assert output.dataset is None
@@ -209,7 +218,9 @@ def test_a_missing_local_object_fails_naming_it_and_leaves_nothing(
     settings = settings_for(tmp_path, worker_database_url)
 
     with pytest.raises(TaskError, match=r"1 of 2 object\(s\) not found .*: logs/gone/away\.jsonl"):
-        run_task(settings, task_inputs(["present.jsonl", "gone/away.jsonl"]))
+        run_task(
+            settings, task_inputs(["present.jsonl", "gone/away.jsonl"], store=tmp_path / "objects")
+        )
 
     assert_nothing_left(tmp_path, migrated_engine)
 
@@ -218,7 +229,7 @@ def test_a_missing_local_object_fails_naming_it_and_leaves_nothing(
 def test_a_key_that_is_no_local_path_is_refused(tmp_path: Path, key: str) -> None:
     settings = settings_for(tmp_path, f"sqlite:///{tmp_path}/unused.db")
     with pytest.raises(TaskError, match="cannot be a local file path"):
-        run_task(settings, task_inputs([key]))
+        run_task(settings, task_inputs([key], store=tmp_path / "objects"))
 
 
 def test_a_failure_after_storing_removes_every_stored_archive_and_record(
@@ -242,7 +253,10 @@ def test_a_failure_after_storing_removes_every_stored_archive_and_record(
     monkeypatch.setattr("coordinator.tasks.compress.store_archive", store_then_fail)
 
     with pytest.raises(TaskError, match="injected"):
-        run_task(settings, task_inputs(["big.jsonl"], target_encoded_size=64 * 1024))
+        run_task(
+            settings,
+            task_inputs(["big.jsonl"], target_encoded_size=64 * 1024, store=tmp_path / "objects"),
+        )
 
     assert len(calls) == 1
     assert not Path(calls[0]).exists()
@@ -401,6 +415,61 @@ def test_a_key_clp_s_cannot_fetch_fails_before_clp_s_runs(
     assert records(migrated_engine) == []
 
 
+# --- where a job's objects are read from ----------------------------------------------------------
+
+
+def test_an_s3_job_is_read_from_s3_by_a_worker_that_serves_a_local_store(
+    migrated_engine: Engine, worker_database_url: str, tmp_path: Path, s3_endpoint: str
+) -> None:
+    # What log-ingestor writes (an S3 endpoint) is read from S3, whatever the worker's local store.
+    client = s3_client(s3_endpoint)
+    logs = new_bucket(client)
+    client.put_object(Bucket=logs, Key="app/s3.jsonl", Body=json_log_lines(40))
+    settings = settings_for(tmp_path, worker_database_url)
+    assert settings.object_store_directory == tmp_path / "objects"
+
+    [archive] = run_task(
+        settings,
+        task_inputs(
+            ["app/s3.jsonl"],
+            bucket=logs,
+            endpoint_url=s3_endpoint,
+            authentication=INPUT_CREDENTIALS,
+        ),
+    )
+
+    path = tmp_path / "archives" / DATASET / archive.id
+    with open_archive(path, "r") as reader:
+        assert sum(1 for _ in reader) == 40
+    assert [r.archive_id for r in records(migrated_engine)] == [archive.id]
+
+
+def test_a_job_naming_another_local_store_fails_naming_both(
+    migrated_engine: Engine, worker_database_url: str, tmp_path: Path
+) -> None:
+    for store in ("objects", "elsewhere"):
+        write_json_logs(tmp_path / store / BUCKET / "a.jsonl", 10)
+    settings = settings_for(tmp_path, worker_database_url)
+    elsewhere = tmp_path / "elsewhere"
+
+    with pytest.raises(TaskError) as raised:
+        run_task(settings, task_inputs(["a.jsonl"], store=elsewhere))
+
+    assert str(raised.value) == (
+        f"the job names the local object store {elsewhere} "
+        f"(endpoint {local_store_endpoint(elsewhere)}) but this worker serves the local object "
+        f"store {tmp_path / 'objects'}"
+    )
+    assert_nothing_left(tmp_path, migrated_engine)
+
+
+def test_a_job_naming_a_local_store_fails_on_a_worker_without_one(tmp_path: Path) -> None:
+    write_json_logs(tmp_path / "objects" / BUCKET / "a.jsonl", 10)
+    settings = settings_for(tmp_path, f"sqlite:///{tmp_path}/unused.db", local_objects=False)
+    with pytest.raises(TaskError, match="but this worker serves no local object store"):
+        run_task(settings, task_inputs(["a.jsonl"], store=tmp_path / "objects"))
+
+
 # --- refusals ----------------------------------------------------------------------------------
 
 
@@ -408,13 +477,13 @@ def test_unstructured_input_is_refused(tmp_path: Path) -> None:
     write_json_logs(tmp_path / "objects" / BUCKET / "a.jsonl", 5)
     settings = settings_for(tmp_path, f"sqlite:///{tmp_path}/unused.db")
     with pytest.raises(TaskError, match="unstructured logs need CLP's log-converter"):
-        run_task(settings, task_inputs(["a.jsonl"], unstructured=True))
+        run_task(settings, task_inputs(["a.jsonl"], unstructured=True, store=tmp_path / "objects"))
     assert not (tmp_path / "staging").exists()
 
 
 def test_an_undecodable_input_is_named(tmp_path: Path) -> None:
     settings = settings_for(tmp_path, f"sqlite:///{tmp_path}/unused.db")
-    inputs = task_inputs(["a.jsonl"])
+    inputs = task_inputs(["a.jsonl"], store=tmp_path / "objects")
     with pytest.raises(TaskError, match=r"input 3 \(S3InputSource\) is invalid: S3InputSource"):
         run_task(settings, [*inputs[:2], b"\x93\x01"])
     with pytest.raises(TaskError, match=r"takes 3 inputs"):
@@ -431,7 +500,7 @@ def test_an_unparsable_stats_line_kills_clp_s(tmp_path: Path) -> None:
     started = time.monotonic()
 
     with pytest.raises(TaskError, match=r"unparsable archive stats line .*: 'not json'"):
-        run_task(settings, task_inputs(["a.jsonl"]))
+        run_task(settings, task_inputs(["a.jsonl"], store=tmp_path / "objects"))
 
     assert time.monotonic() - started < 10
     assert list((tmp_path / "staging").iterdir()) == []

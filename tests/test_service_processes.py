@@ -160,7 +160,11 @@ def test_sigterm_stops_promptly_and_the_next_start_resumes(
 def test_json_logs_name_the_job_and_the_spider_job(tmp_path: Path) -> None:
     data_dir = tmp_path / "var"
     config_file = tmp_path / "clp-config.yaml"
-    config_file.write_text(f"coordinator:\n  log_format: json\n  data_dir: {data_dir}\n")
+    config_file.write_text(
+        "package: {storage_engine: clp-s}\nspider: {host: 127.0.0.1, port: 50051}\n"
+        "compression_coordinator: {}\n"
+        f"coordinator: {{engine: embedded, log_format: json, data_dir: {data_dir}}}\n"
+    )
     url = f"sqlite:///{data_dir / 'coordinator.db'}"
     environment = _environment(url)
     common = ["--config", str(config_file)]

@@ -30,6 +30,10 @@ Rules:
 * **Database**: ``database_url`` returns ``$COORDINATOR_DATABASE_URL`` when set; else, for a file
   with a ``database`` section, CLP's MariaDB/MySQL with the credentials of ``CLP_DB_USER`` and
   ``CLP_DB_PASS``; else the embedded SQLite file.
+* **The legacy scheduler** (checked when the service starts, ``legacy_scheduler_problem``): a
+  file without a ``compression_coordinator`` section is refused, because CLP's legacy compression
+  scheduler skips log-ingestor's jobs only when that section exists; ``coordinator.legacy_scheduler:
+  absent`` declares that no such scheduler runs. Read-only commands accept such a file.
 * **Credentials**: a file with a ``database`` section needs ``CLP_DB_USER`` and ``CLP_DB_PASS``
   (CLP's coordinator refuses to start without them), unless ``$COORDINATOR_DATABASE_URL`` names the
   database instead. They are never read from the file.
@@ -129,6 +133,11 @@ class CoordinatorExtras(BaseModel):
     ) = None
     """This coordinator's name in job leases and the transition history. Unset: the service
     derives one per process. Two running coordinators must never share one."""
+
+    legacy_scheduler: Literal["absent"] | None = None
+    """``absent``: this deployment runs no legacy compression scheduler (CLP's Celery
+    ``compression_scheduler``), so a CLP file without a ``compression_coordinator`` section may be
+    used anyway. Unset: such a file is refused at start-up (``legacy_scheduler_problem``)."""
 
 
 # --- Errors ------------------------------------------------------------------------------------
@@ -273,6 +282,35 @@ def database_url(config: CoordinatorConfig) -> str:
         return f"mysql+pymysql://{user}:{password}@{host}:{database.port}/{name}"
     config.data_dir.mkdir(parents=True, exist_ok=True)
     return embedded_database_url(config.data_dir)
+
+
+def legacy_scheduler_problem(config: CoordinatorConfig) -> str | None:
+    """Why the service must not start with this configuration because of CLP's legacy
+    compression scheduler, or ``None``.
+
+    CLP's scheduler (``compression_scheduler.py``, ``_schedule_job``) leaves
+    ``s3_object_metadata`` jobs alone only when CLP's configuration has a
+    ``compression_coordinator`` section; without one it runs them itself, with unguarded writes,
+    alongside this coordinator. So a CLP file without that section is refused unless
+    ``coordinator.legacy_scheduler: absent`` says no such scheduler runs. The embedded default
+    (no file) has no legacy scheduler. Only the service checks this: read-only commands work with
+    any valid file.
+    """
+    if (
+        config.source is None
+        or config.clp.compression_coordinator is not None
+        or config.extras.legacy_scheduler == "absent"
+    ):
+        return None
+    return (
+        "compression_coordinator: the section is missing, so CLP's legacy compression scheduler "
+        "would run log-ingestor's jobs alongside this coordinator; add a "
+        "`compression_coordinator:` section to clp-config.yaml (`compression_coordinator: {}` "
+        "for CLP's defaults; CLP requires `spider` and `package.storage_engine: clp-s` with it) "
+        "so CLP's scheduler leaves these jobs alone, or set "
+        "`coordinator.legacy_scheduler: absent` if this deployment runs no legacy compression "
+        "scheduler"
+    )
 
 
 def _missing_credentials(why: str) -> str:

@@ -6,12 +6,21 @@ The embedded default keeps everything under one data directory: ``--data-dir``, 
 ``<data dir>/coordinator.db``. The embedded default's object store and archives live in the same
 directory (``objects/``, ``archives/``), and relative paths of a configuration file resolve
 against it.
+
+**Which jobs read the local object store.** A job's objects are read from where the job's own
+configuration says, never from where the coordinator's mode suggests. A job names a local object
+store by its input's ``endpoint_url``: ``file://`` + the store's absolute directory
+(``local_store_endpoint``; ``coordinator submit`` and ``demo`` write it when they put files into
+the local store). Every other job (no endpoint, or an ``http(s)`` one: every job CLP's
+log-ingestor writes) is read from S3 with the job's endpoint, region and credentials. A job that
+names a store other than the one a coordinator serves fails with both paths in its message.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 """The source checkout (``alembic.ini``, ``migrations/``, ``diagrams/``); installs are editable."""
@@ -53,3 +62,38 @@ def resolve_database_url(data_dir: Path | None = None) -> str:
 def under_data_dir(data_dir: Path, path: Path) -> Path:
     """``path`` if absolute, else ``path`` inside ``data_dir`` (which plays CLP's ``CLP_HOME``)."""
     return path if path.is_absolute() else data_dir / path
+
+
+# --- naming the local object store in a job ----------------------------------------------------
+
+LOCAL_STORE_SCHEME = "file"
+"""A job names a local object store by its input's ``endpoint_url``: ``file://`` + the store's
+absolute directory (``Path.as_uri``). Every other endpoint (or none) means S3."""
+
+
+def local_store_endpoint(directory: Path) -> str:
+    """The ``endpoint_url`` of a job whose objects are in the local object store ``directory``."""
+    return Path(os.path.abspath(directory)).as_uri()
+
+
+def local_store_named(endpoint_url: str | None) -> Path | None:
+    """The local object store a job's ``endpoint_url`` names, or ``None`` when it means S3.
+
+    Any ``file:`` URL names a local store: its percent-decoded path (a host other than
+    ``localhost`` is kept as a ``//host`` prefix, so that it can never match a served directory).
+    """
+    if endpoint_url is None:
+        return None
+    parsed = urlsplit(endpoint_url)
+    if parsed.scheme.lower() != LOCAL_STORE_SCHEME:
+        return None
+    path = unquote(parsed.path)
+    host = parsed.netloc
+    return Path(f"//{host}{path}" if host not in ("", "localhost") else path)
+
+
+def is_same_store(named: Path, served: Path) -> bool:
+    """Whether the store a job names is the directory ``served`` (compared as absolute paths)."""
+    return Path(os.path.normpath(os.path.abspath(named))) == Path(
+        os.path.normpath(os.path.abspath(served))
+    )

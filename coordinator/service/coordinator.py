@@ -135,6 +135,7 @@ class Coordinator:
         instance_id: str | None = None,
         lease_duration: timedelta = timedelta(seconds=30),
         owns_undecodable_jobs: bool = False,
+        leaves_job: Callable[[bytes], str | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
@@ -145,6 +146,9 @@ class Coordinator:
         self.instance_id = instance_id or default_instance_id()
         self.lease_duration = lease_duration
         self.owns_undecodable_jobs = owns_undecodable_jobs
+        # Why an s3_object_metadata job is not this coordinator's after all (None: it is); the
+        # embedded default leaves jobs that do not name its local object store (runtime.py).
+        self.leaves_job = leaves_job
         self.resource_group = ResourceGroup(engine, spider, settings.resource_group.name)
         self.driven: dict[int, DrivenJob] = {}
         self.stopping = threading.Event()
@@ -281,6 +285,11 @@ class Coordinator:
             ours = peek_input_type(clp_config) == S3_OBJECT_METADATA
         except UndecodableJobConfig:
             ours = self.owns_undecodable_jobs
+        else:
+            why = self.leaves_job(clp_config) if ours and self.leaves_job is not None else None
+            if why is not None:  # logged once: the job joins _foreign and is not looked at again
+                ours = False
+                _log.warning("%s", why, extra=job_fields(job_id, None))
         if not ours:
             self._foreign.add(job_id)
         return ours

@@ -1,11 +1,20 @@
 """Submitting compression jobs the way CLP's log-ingestor does (``submit`` and ``demo``).
 
-1. Optionally put files into the object store: the embedded default's directory
-   (``<objects>/<bucket>/<prefix><name>``) or S3 (``s3://<bucket>/<prefix><name>``).
+1. Optionally put files into the object store: the local object store
+   (``<objects>/<bucket>/<prefix><name>``) when ``logs_input`` is not S3 (the embedded default,
+   or a CLP file with ``fs`` logs input), else S3 (``s3://<bucket>/<prefix><name>``).
 2. Register every object under the prefix as ``ingested_s3_object_metadata`` of a new
-   ``ingestion_job``.
+   ``ingestion_job``, written as log-ingestor leaves a finished S3 scanner job
+   (``coordinator.store.ingestion``).
 3. Insert the compression job with the ``clp_config`` log-ingestor writes (every key, ``type``
-   ``s3_object_metadata``, ``dataset`` always set) and mark the objects ``submitted``.
+   ``s3_object_metadata``, ``dataset`` always set) and mark the objects ``submitted``; all three
+   steps in one transaction.
+
+A job whose objects are in the local object store says so itself: its input's (and its ingestion
+job's) ``endpoint_url`` is ``file://<the store's absolute directory>``
+(``coordinator.config.locations.local_store_endpoint``), which is what makes the compress task
+read that directory and the embedded default claim the job. Objects in S3 get the S3 endpoint and
+region given (``--endpoint-url``, ``--region``), exactly as log-ingestor's would.
 """
 
 from __future__ import annotations
@@ -20,17 +29,14 @@ from sqlalchemy import Engine
 
 from coordinator.config.clp import S3IngestionConfig
 from coordinator.config.loader import CoordinatorConfig
+from coordinator.config.locations import local_store_endpoint
 from coordinator.job_config import (
     ClpIoConfig,
     OutputConfig,
     S3ObjectMetadataInputConfig,
     encode_clp_io_config,
 )
-from coordinator.store.ingestion import (
-    create_ingestion_job,
-    register_objects,
-    submit_compression_job,
-)
+from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
 from coordinator.store.names import DEFAULT_DATASET, validate_dataset_name
 from coordinator.task_io import (
     AwsAuthentication,
@@ -141,31 +147,46 @@ def submit_job(
     objects = list_objects(config, bucket=bucket, prefix=prefix, s3=s3)
     if not objects:
         raise IngestError(f"no objects under {bucket}/{prefix}")
-    ingestion_job = create_ingestion_job(engine, bucket=bucket, key_prefix=prefix, dataset=dataset)
-    ids = register_objects(engine, ingestion_job, objects)
-    output = config.clp.archive_output
-    clp_config = ClpIoConfig(
-        input=S3ObjectMetadataInputConfig(
-            bucket=bucket,
-            region_code=s3.region_code,
-            key_prefix=prefix,
-            endpoint_url=s3.endpoint_url,
-            aws_authentication=_authentication(config),
-            ingestion_job_id=ingestion_job,
-            s3_object_metadata_ids=ids,
-            dataset=dataset,
-            timestamp_key=timestamp_key,
-            unstructured=False,
-        ),
-        output=OutputConfig(
-            target_archive_size=output.target_archive_size,
-            target_dictionaries_size=output.target_dictionaries_size,
-            target_encoded_file_size=output.target_encoded_file_size,
-            target_segment_size=output.target_segment_size,
-            compression_level=output.compression_level,
-        ),
+    if uses_s3(config):
+        endpoint_url, region_code = s3.endpoint_url, s3.region_code
+    else:
+        endpoint_url, region_code = local_store_endpoint(config.object_store_directory), None
+    scanner = S3ScannerJob(
+        bucket=bucket,
+        key_prefix=prefix,
+        region=region_code,
+        endpoint_url=endpoint_url,
+        dataset=dataset,
+        timestamp_key=timestamp_key,
     )
-    return submit_compression_job(engine, encode_clp_io_config(clp_config), ids)
+    output = config.clp.archive_output
+
+    def clp_config(ingestion_job: int, ids: list[int]) -> bytes:
+        return encode_clp_io_config(
+            ClpIoConfig(
+                input=S3ObjectMetadataInputConfig(
+                    bucket=bucket,
+                    region_code=region_code,
+                    key_prefix=prefix,
+                    endpoint_url=endpoint_url,
+                    aws_authentication=_authentication(config),
+                    ingestion_job_id=ingestion_job,
+                    s3_object_metadata_ids=ids,
+                    dataset=dataset,
+                    timestamp_key=timestamp_key,
+                    unstructured=False,
+                ),
+                output=OutputConfig(
+                    target_archive_size=output.target_archive_size,
+                    target_dictionaries_size=output.target_dictionaries_size,
+                    target_encoded_file_size=output.target_encoded_file_size,
+                    target_segment_size=output.target_segment_size,
+                    compression_level=output.compression_level,
+                ),
+            )
+        )
+
+    return ingest_and_submit(engine, scanner, objects, clp_config).compression_job_id
 
 
 def _s3_client(config: CoordinatorConfig, s3: S3Location) -> Any:

@@ -1,18 +1,51 @@
-"""Assembling a running coordinator from its configuration: database, Spider engine, settings."""
+"""Assembling a running coordinator from its configuration: database, Spider engine, settings.
+
+Start-up refusals (``open_runtime`` raises ``ConfigError``, so ``coordinator run`` exits 2 with
+one line; read-only commands never open a runtime and keep working):
+
+* **A CLP file without ``compression_coordinator``** (``loader.legacy_scheduler_problem``): CLP's
+  legacy scheduler then takes log-ingestor's jobs too, with unguarded writes; add the section, or
+  declare ``coordinator.legacy_scheduler: absent``.
+* **The embedded default on a CLP deployment's database.** Without a CLP configuration the
+  coordinator serves only jobs that name its local object store (``file://<objects dir>`` as the
+  input's ``endpoint_url``, ``coordinator.config.locations``). If the database already holds
+  Pending ``s3_object_metadata`` jobs that do not (log-ingestor's, read from S3), it belongs to a
+  CLP deployment: the coordinator refuses to start and says to pass CLP's configuration with
+  ``--config``. Such jobs arriving later are left Pending, untouched, logged once each.
+
+Where a job's objects are read never depends on the mode: the worker settings always carry the
+local store this coordinator serves, and the compress task reads it only for jobs naming it; every
+other job is read from S3 with its own endpoint, region and credentials.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Self, cast
 
 from pydantic import SecretStr
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Table, select
 
 from coordinator.config.clp import ArchiveFsStorage, ArchiveS3Storage, S3IngestionConfig, Spider
-from coordinator.config.loader import CoordinatorConfig, database_url
+from coordinator.config.loader import (
+    ConfigError,
+    CoordinatorConfig,
+    database_url,
+    legacy_scheduler_problem,
+)
+from coordinator.config.locations import is_same_store, local_store_endpoint, local_store_named
+from coordinator.job_config import (
+    S3_OBJECT_METADATA,
+    UndecodableJobConfig,
+    peek_endpoint_url,
+    peek_input_type,
+)
+from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator
 from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.grpc.client import GrpcSpider
@@ -20,6 +53,7 @@ from coordinator.spider.port import SpiderPort
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
+from coordinator.store.schema import CompressionJob
 from coordinator.task_io import AwsCredentials, CredentialsAuthentication, DefaultAuthentication
 from coordinator.tasks.context import (
     ArchiveOutputSettings,
@@ -29,6 +63,7 @@ from coordinator.tasks.context import (
 )
 
 _log = logging.getLogger(__name__)
+_jobs = cast(Table, CompressionJob.__table__)
 
 EMBEDDED_INSTANCE_ID = "embedded"
 """The embedded default runs one coordinator per data directory, so its name can be stable and a
@@ -63,13 +98,73 @@ def archive_output_of(config: CoordinatorConfig) -> ArchiveOutputSettings:
 
 
 def worker_settings(config: CoordinatorConfig, url: str) -> WorkerSettings:
-    """The environment of the embedded engine's task processes."""
-    reads_s3 = isinstance(config.clp.logs_input, S3IngestionConfig)
+    """The environment of the embedded engine's task processes.
+
+    The local object store is always the one this coordinator serves: only jobs that name it read
+    from it (see ``coordinator.tasks.compress``), whatever ``logs_input`` says.
+    """
     return WorkerSettings(
         database_url=SecretStr(url),
         archive_output=archive_output_of(config),
         staging_directory=config.data_dir / "staging",
-        object_store_directory=None if reads_s3 else config.object_store_directory,
+        object_store_directory=config.object_store_directory,
+    )
+
+
+def leaves_jobs_not_naming(store: Path) -> Callable[[bytes], str | None]:
+    """For the embedded default: why an ``s3_object_metadata`` job is left to others, or ``None``
+    when it names the local object store ``store`` (and so is this coordinator's to run)."""
+    endpoint = local_store_endpoint(store)
+
+    def leaves(clp_config: bytes) -> str | None:
+        try:
+            job_endpoint = peek_endpoint_url(clp_config)
+        except UndecodableJobConfig:
+            return None  # ownership of undecodable blobs is decided elsewhere
+        named = local_store_named(job_endpoint)
+        if named is not None and is_same_store(named, store):
+            return None
+        where = f"endpoint_url {job_endpoint}" if job_endpoint else "S3 (no endpoint_url)"
+        return (
+            f"left Pending: its objects are in {where}, not in this coordinator's local object "
+            f"store {endpoint}; without CLP's configuration (--config) it runs only jobs that "
+            "name its local store"
+        )
+
+    return leaves
+
+
+def foreign_jobs_problem(engine: Engine, store: Path) -> str | None:
+    """Why a coordinator without CLP's configuration must not start on this database, or ``None``.
+
+    It must not when Pending ``s3_object_metadata`` jobs already wait there that do not name its
+    local object store ``store``: log-ingestor's jobs, so this is a CLP deployment's database.
+    """
+    leaves = leaves_jobs_not_naming(store)
+    foreign: list[int] = []
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(_jobs.c.id, _jobs.c.clp_config)
+            .where(_jobs.c.status == int(JobStatus.PENDING))
+            .order_by(_jobs.c.id)
+        )
+        for job_id, blob in rows:
+            try:
+                input_type = peek_input_type(bytes(blob))
+            except UndecodableJobConfig:
+                continue
+            if input_type == S3_OBJECT_METADATA and leaves(bytes(blob)) is not None:
+                foreign.append(int(job_id))
+    if not foreign:
+        return None
+    shown = ", ".join(str(job_id) for job_id in foreign[:5]) + (
+        f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+    )
+    return (
+        f"this database holds {len(foreign)} Pending log-ingestor compression job(s) (id {shown}) "
+        f"whose objects are not in this coordinator's local object store {store}: it is a CLP "
+        "deployment's database; give the coordinator CLP's configuration with "
+        "--config clp-config.yaml"
     )
 
 
@@ -128,10 +223,19 @@ def open_runtime(config: CoordinatorConfig, *, lease_secs: float = 30.0) -> Runt
 
     The engine is the in-process embedded engine, or, for ``engine: spider``, the Spider cluster
     (or ``coordinator spider serve``) at ``spider.host:spider.port`` over gRPC. Raises
-    ``SchemaNotCurrent`` and the database's errors.
+    ``ConfigError`` for the start-up refusals of the module docstring, ``SchemaNotCurrent`` and
+    the database's errors.
     """
+    legacy = legacy_scheduler_problem(config)
+    if legacy is not None:
+        raise ConfigError(config.source, [legacy])
     engine = open_engine(config)
     standalone = config.source is None
+    if standalone:
+        problem = foreign_jobs_problem(engine, config.object_store_directory)
+        if problem is not None:
+            engine.dispose()
+            raise ConfigError(None, [problem])
     embedded: EmbeddedSpider | None = None
     client: GrpcSpider | None = None
     spider: SpiderPort
@@ -153,6 +257,7 @@ def open_runtime(config: CoordinatorConfig, *, lease_secs: float = 30.0) -> Runt
         instance_id=config.extras.instance_id or (EMBEDDED_INSTANCE_ID if standalone else None),
         lease_duration=timedelta(seconds=lease_secs),
         owns_undecodable_jobs=standalone,
+        leaves_job=leaves_jobs_not_naming(config.object_store_directory) if standalone else None,
     )
     return Runtime(config, engine, JobStore(engine), spider, coordinator, embedded, client)
 

@@ -20,10 +20,14 @@ Mirrors CLP's task (``clp-contract.md`` §9, ``clp-tdl-package/src/task/compress
 
 Deliberate differences:
 
-* **Local object store.** With ``object_store_directory`` set (the embedded default) the object
-  ``s3://<bucket>/<key>`` is the file ``<dir>/<bucket>/<key>``: the list holds absolute paths,
-  clp-s gets no ``--auth``, S3 is not contacted, and a missing file fails the task before clp-s
-  runs. The archives' range index then names local paths rather than URLs.
+* **Local object store.** A job whose input ``endpoint_url`` is ``file://<dir>``
+  (``coordinator.config.locations.local_store_endpoint``) names a local object store: when
+  ``<dir>`` is the worker's ``object_store_directory``, the object ``s3://<bucket>/<key>`` is the
+  file ``<dir>/<bucket>/<key>``: the list holds absolute paths, clp-s gets no ``--auth``, S3 is not
+  contacted, and a missing file fails the task before clp-s runs (the archives' range index then
+  names local paths rather than URLs). A job naming any other directory fails, naming both. Every
+  other job is read from S3 with its own endpoint, region and credentials, whatever the worker's
+  mode: the worker's local store never stands in for a job's S3 bucket.
 * **Scratch per instance.** The list file and clp-s's output live in a fresh directory under the
   staging directory for each attempt (CLP shares ``<staging>/<dataset>``): two instances of one task
   may run at once, and clean-up must never touch the other's files.
@@ -71,6 +75,7 @@ from typing import IO, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from coordinator.config.locations import is_same_store, local_store_named
 from coordinator.serde import WireFormatError, decode_as
 from coordinator.store.clock import utc_now
 from coordinator.store.stored_archives import (
@@ -201,8 +206,20 @@ class _ClpSInput:
 
 
 def _clp_s_input(settings: WorkerSettings, source: S3InputSource) -> _ClpSInput:
-    if settings.object_store_directory is not None:
-        return _ClpSInput(_local_objects(settings.object_store_directory, source), None, s3=False)
+    named = local_store_named(source.endpoint_url)
+    if named is not None:
+        served = settings.object_store_directory
+        if served is None:
+            raise TaskError(
+                f"the job names the local object store {named} (endpoint {source.endpoint_url}) "
+                "but this worker serves no local object store"
+            )
+        if not is_same_store(named, served):
+            raise TaskError(
+                f"the job names the local object store {named} (endpoint {source.endpoint_url}) "
+                f"but this worker serves the local object store {os.path.abspath(served)}"
+            )
+        return _ClpSInput(_local_objects(served, source), None, s3=False)
     environment = _credentials_environment(source)
     urls = [
         s3_object_url(source.endpoint_url, source.region_code, source.bucket, key)

@@ -61,8 +61,9 @@ class WorkerSettings(BaseModel):
     staging_directory: Path
     """Scratch space for clp-s's output before an archive is stored."""
     object_store_directory: Path | None = None
-    """When set, an input object ``s3://<bucket>/<key>`` is the file ``<dir>/<bucket>/<key>``
-    (the embedded default's local object store) and S3 is not contacted."""
+    """The local object store this worker serves: for a job whose input ``endpoint_url`` names it
+    (``file://<dir>``), the object ``s3://<bucket>/<key>`` is the file ``<dir>/<bucket>/<key>``
+    and S3 is not contacted. Other jobs are read from S3 whatever this is."""
     clp_s_path: Path | None = None
     """The ``clp-s`` binary; unset: the one ``yscope-clp-core`` ships."""
 
