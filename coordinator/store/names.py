@@ -62,6 +62,11 @@ def archives_table_name(dataset: str) -> str:
     return f"{CLP_METADATA_TABLE_PREFIX}{validate_dataset_name(dataset)}_archives"
 
 
+def files_table_name(dataset: str) -> str:
+    """``clp_{dataset}_files`` for a validated dataset; raises ``InvalidDatasetName``."""
+    return f"{CLP_METADATA_TABLE_PREFIX}{validate_dataset_name(dataset)}_files"
+
+
 def column_metadata_table_name(dataset: str) -> str:
     """``clp_{dataset}_column_metadata`` for a validated dataset; raises ``InvalidDatasetName``."""
     return f"{CLP_METADATA_TABLE_PREFIX}{validate_dataset_name(dataset)}_column_metadata"
