@@ -33,7 +33,7 @@ from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.lifecycle import Actor, CommittedStorage, JobStatus
 from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import open_runtime
+from coordinator.service.runtime import open_runtime, worker_settings
 from coordinator.store.archives import publish_archives
 from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore, job_state
@@ -307,3 +307,20 @@ def test_a_committed_job_killed_by_the_legacy_scheduler_keeps_nothing_published(
         assert row.status == JobStatus.KILLED  # the foreign write stands
         assert published(rt.engine, "web", spider_id) == []
         assert archive_files(config, "web") == set()
+
+
+def test_the_setting_reaches_the_commit_task(tmp_path: Path) -> None:
+    """``coordinator.committed_status`` is read from the file and handed to the task workers."""
+    path = tmp_path / "clp-config.yaml"
+    path.write_text(
+        "spider: {}\ncompression_coordinator: {}\n"
+        "coordinator:\n  engine: embedded\n  committed_status: distinct\n",
+        encoding="utf-8",
+    )
+    loaded = load_config(path, data_dir=tmp_path / "var")
+    assert loaded.extras.committed_status is CommittedStorage.DISTINCT
+    settings = worker_settings(loaded, f"sqlite:///{tmp_path}/c.db")
+    assert settings.committed_storage is CommittedStorage.DISTINCT
+    assert load_config(None, data_dir=tmp_path / "var").extras.committed_status is (
+        CommittedStorage.RUNNING
+    )

@@ -33,6 +33,7 @@ from coordinator.service.runtime import Runtime
 from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.port import InvalidArgument, JobState, SpiderPort, Unavailable
 from coordinator.store.database import create_database_engine
+from coordinator.store.jobs import job_state
 from coordinator.store.leases import request_cancel
 from tests.engine_support import wait_for
 from tests.service_support import (
@@ -118,7 +119,7 @@ def _search(location: str, query: str) -> list[dict[str, Any]]:
 
 
 def _is_running(rt: Runtime, job_id: int) -> Callable[[], bool]:
-    return lambda: job_row(rt, job_id).status == JobStatus.RUNNING
+    return lambda: job_state(job_row(rt, job_id)) is JobStatus.RUNNING
 
 
 # --- 1. the four scenarios of the durable design ------------------------------------------------
@@ -197,7 +198,7 @@ def test_an_operator_cancel_before_the_commit_kills_the_job(
             return spider_id is not None and len(records(rt.engine, spider_id)) == 1
 
         tick_until(rt.coordinator, task_1_stored)
-        assert job_row(rt, job_id).status == JobStatus.RUNNING
+        assert job_state(job_row(rt, job_id)) is JobStatus.RUNNING
         assert request_cancel(rt.engine, job_id, rt.store.clock())
         run_until_idle(rt.coordinator, timeout=20)
 
@@ -443,7 +444,7 @@ def test_jobs_spider_no_longer_knows_end_by_what_the_row_says(
         tick_until(
             rt.coordinator,
             lambda: (
-                (job_row(rt, running).status, job_row(rt, committed).status)
+                (job_state(job_row(rt, running)), job_state(job_row(rt, committed)))
                 == (JobStatus.RUNNING, JobStatus.COMMITTED)
             ),
         )
@@ -519,8 +520,13 @@ def test_a_kill_by_clps_legacy_scheduler_stays(config: CoordinatorConfig, tmp_pa
         spider_id = _spider_id(rt, job_id)
         # The commit refused to publish for a job that is no longer running.
         assert rt.spider.get_job_state(spider_id) is JobState.FAILED
-        assert "no longer running" in rt.spider.get_job_error(spider_id)
+        assert "no running CLP compression job records Spider job" in rt.spider.get_job_error(
+            spider_id
+        )
         assert published(rt.engine, DATASET, spider_id) == []
+        # Another writer finished the job: what its tasks stored is removed all the same.
+        assert archive_files(config, DATASET) == set()
+        assert records(rt.engine, spider_id) == []
 
 
 # --- 6. max_concurrent_jobs -----------------------------------------------------------------------

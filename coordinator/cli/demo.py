@@ -20,9 +20,10 @@ from yscope_clp_core import KqlQuery, search_archive
 from coordinator.cli.jobs import show_job
 from coordinator.cli.samples import write_json_logs
 from coordinator.config.loader import CoordinatorConfig
-from coordinator.lifecycle import JobStatus, describe_status
+from coordinator.lifecycle import describe_status
 from coordinator.service.ingest import DEFAULT_BUCKET, put_files, submit_job
 from coordinator.service.runtime import Runtime, open_runtime
+from coordinator.store.jobs import job_state
 from coordinator.store.schema import StoredArchive
 
 SERVICES = ("api", "auth", "billing", "search")
@@ -72,13 +73,13 @@ def _follow(runtime: Runtime, job_id: int, worker: threading.Thread) -> None:
             with runtime.engine.connect() as connection:
                 done = connection.execute(
                     select(func.count(func.distinct(StoredArchive.task_id))).where(
-                        StoredArchive.spider_job_id == job.spider_id
+                        StoredArchive.job_id == job.id
                     )
                 ).scalar_one()
             if done != tasks_done:
                 tasks_done = done
                 print(f"  compress tasks done: {done}/{job.num_tasks}")
-        if JobStatus(job.status).is_terminal and not worker.is_alive():
+        if job_state(job).is_terminal and not worker.is_alive():
             return
         time.sleep(0.1)
 

@@ -17,16 +17,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, inspect, select
+from sqlalchemy import Engine, Row, Table, select
 
-from coordinator.lifecycle import Actor, JobStatus, describe_status
+from coordinator.lifecycle import Actor, JobStatus, describe_status, describe_stored
 from coordinator.service.prepare import dataset_of
+from coordinator.store.archives import published_archives_of_job
 from coordinator.store.datasets import archives_table
 from coordinator.store.guarded import Applied, TransitionRequest
-from coordinator.store.jobs import JobStore
+from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.leases import request_cancel
 from coordinator.store.schema import CompressionJob
-from coordinator.store.stored_archives import stored_archives
+from coordinator.store.stored_archives import stored_archives_of_job
 
 _jobs = cast(Table, CompressionJob.__table__)
 
@@ -46,6 +47,7 @@ def list_jobs(engine: Engine, limit: int = 100) -> list[dict[str, Any]]:
             select(
                 _jobs.c.id,
                 _jobs.c.status,
+                _jobs.c.committed_at,
                 _jobs.c.spider_id,
                 _jobs.c.num_tasks,
                 _jobs.c.creation_time,
@@ -57,7 +59,7 @@ def list_jobs(engine: Engine, limit: int = 100) -> list[dict[str, Any]]:
     return [
         {
             "id": row.id,
-            "status": describe_status(row.status),
+            "status": describe_stored(row.status, row.committed_at),
             "spider_id": row.spider_id,
             "num_tasks": row.num_tasks,
             "creation_time": _time(row.creation_time),
@@ -75,8 +77,9 @@ def show_job(store: JobStore, job_id: int) -> dict[str, Any]:
     dataset = dataset_of(job.clp_config)
     return {
         "id": job.id,
-        "status": describe_status(job.status),
+        "status": describe_stored(job.status, job.committed_at),
         "status_code": job.status,
+        "committed_at": _time(job.committed_at),
         "spider_id": job.spider_id,
         "status_msg": job.status_msg,
         "dataset": dataset,
@@ -99,23 +102,19 @@ def show_job(store: JobStore, job_id: int) -> dict[str, Any]:
             }
             for entry in store.history(job_id)
         ],
-        "archives": _published_archives(store.engine, dataset, job.spider_id),
+        "archives": _published_archives(store.engine, job.id, job.spider_id),
     }
 
 
-def _published_archives(
-    engine: Engine, dataset: str, spider_id: int | None
-) -> list[dict[str, Any]]:
-    if spider_id is None:
-        return []
-    table = archives_table(dataset)
+def _published_archives(engine: Engine, job_id: int, spider_id: int | None) -> list[dict[str, Any]]:
+    rows: list[Row[Any]] = []
     with engine.connect() as connection:
-        if not inspect(connection).has_table(table.name):
-            return []
-        rows = connection.execute(
-            select(table).where(table.c.creator_id == str(spider_id)).order_by(table.c.creation_ix)
-        ).all()
-        locations = {r.archive_id: r.location for r in stored_archives(connection, spider_id)}
+        locations = {r.archive_id: r.location for r in stored_archives_of_job(connection, job_id)}
+        for dataset, ids in published_archives_of_job(connection, job_id, spider_id).items():
+            table = archives_table(dataset)
+            rows += connection.execute(
+                select(table).where(table.c.id.in_(ids)).order_by(table.c.creation_ix)
+            ).all()
     return [
         {
             "id": row.id,
@@ -141,7 +140,7 @@ def cancel_job(store: JobStore, job_id: int, operator: str) -> str:
         raise NoSuchJob(f"no compression job {job_id}")
     job = store.get(job_id)
     assert job is not None
-    status = JobStatus(job.status)
+    status = job_state(job)
     unheld = job.lease_expires_at is None or job.lease_expires_at < now
     if status is JobStatus.PENDING and unheld:
         result = store.transition(

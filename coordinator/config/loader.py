@@ -80,6 +80,7 @@ from coordinator.config.locations import (
     resolve_data_dir,
     under_data_dir,
 )
+from coordinator.lifecycle.storage import DEFAULT_COMMITTED_STORAGE, CommittedStorage
 
 _log = logging.getLogger(__name__)
 
@@ -133,6 +134,16 @@ class CoordinatorExtras(BaseModel):
     ) = None
     """This coordinator's name in job leases and the transition history. Unset: the service
     derives one per process. Two running coordinators must never share one."""
+
+    committed_status: CommittedStorage = DEFAULT_COMMITTED_STORAGE
+    """How a Committed job is stored: ``running`` (CLP's RUNNING plus the coordinator's
+    ``committed_at`` marker, so CLP's readers see a job in progress) or ``distinct`` (status 5,
+    only for a CLP whose readers know that value)."""
+
+    max_job_attempts: Annotated[int, Field(ge=1, le=100)] = 5
+    """How often a job is tried after an error that is not an outage (a table that cannot be
+    created, an unexpected error) before it ends Failed with that error; attempts back off from 1 s
+    doubling up to 60 s. Outages (database or Spider unavailable) are retried without limit."""
 
     legacy_scheduler: Literal["absent"] | None = None
     """``absent``: this deployment runs no legacy compression scheduler (CLP's Celery

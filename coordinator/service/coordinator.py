@@ -25,13 +25,23 @@ Each ``tick``:
    Failed       Committed      rolled_back → Failed: archive rows deleted in the same
                                transaction, then the archive files removed
    Cancelled    Committed      rolled_back → Killed (likewise)
+   Succeeded    Running        failed: Spider succeeded but nothing was published
    unknown      Running        failed: Spider no longer knows the job (its storage was reset)
    unknown      Committed      finalised: the publication is complete and stands
-   any          terminal       nothing (a Succeeded job is never overwritten; a KILLED written
-                               by CLP's legacy scheduler stays, H2)
+   any          terminal       no move (a Succeeded job is never overwritten; a KILLED written
+                               by CLP's legacy scheduler stays, H2); its archives are settled
    ===========  =============  ============================================================
 
-6. **Clean up** stored archives that are not published, for jobs that ended, and periodically.
+6. **Settle** the archives of every job that ended (``coordinator.service.cleanup``): whoever
+   finished it, a Failed or Killed job keeps nothing published (a Committed job killed by a foreign
+   writer has its archives withdrawn, as a rollback does) and no stored file; a Succeeded job keeps
+   exactly what it published. A periodic sweep repeats this for late task instances.
+
+An error that is not an outage (a dataset table that cannot be created, an unexpected exception)
+counts as a failed attempt of the job: attempts back off from 1 s doubling to 60 s, and after
+``max_attempts`` the job ends Failed with the error in ``status_msg`` (a Running job's Spider job
+is cancelled first, a Committed job is rolled back). Outages (database or Spider unavailable) are
+retried without limit and fail no job.
 
 A restart is not a special case: the next instance claims what is left (with a stable
 ``instance_id`` at once, else when the leases expire). A database or Spider outage makes a tick
@@ -50,16 +60,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.job_config import S3_OBJECT_METADATA, UndecodableJobConfig, peek_input_type
 from coordinator.lifecycle import Actor, JobStatus
-from coordinator.service.cleanup import (
-    failed_jobs_with_stored_archives,
-    remove_unpublished_archives,
-)
+from coordinator.service.cleanup import settle_archives, terminal_jobs_with_stored_archives
 from coordinator.service.crashpoints import crashpoint
 from coordinator.service.logs import job_fields
 from coordinator.service.prepare import JobRejected, PreparedJob, dataset_of, prepare
@@ -76,9 +83,10 @@ from coordinator.spider.port import (
 )
 from coordinator.store import leases
 from coordinator.store.archives import withdraw_archives
+from coordinator.store.database import is_transient
 from coordinator.store.datasets import ensure_dataset_tables
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
-from coordinator.store.jobs import JobStore
+from coordinator.store.jobs import JobStore, job_state
 from coordinator.tasks.context import ArchiveOutputSettings
 
 _log = logging.getLogger(__name__)
@@ -87,6 +95,8 @@ SPIDER_FAILED = "The Spider compression job failed: {}"
 SPIDER_CANCELLED = "The Spider compression job was cancelled."
 CANCELLED_BEFORE_SUBMISSION = "Cancelled by an operator before submission."
 SWEEP_INTERVAL_SECS = 60.0
+GAVE_UP = "Compression job failed after {attempts} attempt(s): {error}"
+MAX_ATTEMPT_BACKOFF_SECS = 60.0
 
 
 def default_instance_id() -> str:
@@ -108,6 +118,8 @@ class DrivenJob:
     next_poll: float = 0.0
     cancel_sent: bool = False
     retry_submit_at: float = 0.0
+    failed_attempts: int = 0
+    """Attempts that failed with an error that is not an outage (bounded by ``max_attempts``)."""
 
     def log(self) -> dict[str, object]:
         return job_fields(self.job_id, self.spider_id)
@@ -135,6 +147,7 @@ class Coordinator:
         instance_id: str | None = None,
         lease_duration: timedelta = timedelta(seconds=30),
         owns_undecodable_jobs: bool = False,
+        max_attempts: int = 5,
         leaves_job: Callable[[bytes], str | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -146,6 +159,7 @@ class Coordinator:
         self.instance_id = instance_id or default_instance_id()
         self.lease_duration = lease_duration
         self.owns_undecodable_jobs = owns_undecodable_jobs
+        self.max_attempts = max_attempts
         # Why an s3_object_metadata job is not this coordinator's after all (None: it is); the
         # embedded default leaves jobs that do not name its local object store (runtime.py).
         self.leaves_job = leaves_job
@@ -188,14 +202,15 @@ class Coordinator:
             try:
                 if self._advance(job):
                     report.concluded.append(job.job_id)
-            except SQLAlchemyError:
-                raise  # the database is down: the whole tick waits
-            except Exception:
-                # A bug must not stop the service for every other job: this one waits and retries.
-                _log.exception("unexpected error; the job is retried later", extra=job.log())
-                job.retry_submit_at = job.next_poll = self._monotonic() + max(
-                    1.0, job.backoff_ms / 1000
-                )
+            except SQLAlchemyError as error:
+                if is_transient(error):
+                    raise  # the database is down: the whole tick waits
+                self._attempt_failed(job, f"database error: {error}")
+            except Exception as error:
+                # A bug must not stop the service for every other job: this one backs off and,
+                # if it keeps failing, ends Failed.
+                _log.exception("unexpected error", extra=job.log())
+                self._attempt_failed(job, f"unexpected error: {type(error).__name__}: {error}")
         self._sweep()
         report.driven = len(self.driven)
         return report
@@ -343,7 +358,11 @@ class Coordinator:
         try:
             ensure_dataset_tables(self.engine, prepared.dataset)
         except DBAPIError as error:
-            self._retry_later(job, f"cannot create the dataset's tables yet: {error}")
+            why = f"cannot create the tables of dataset {prepared.dataset}: {error}"
+            if is_transient(error):
+                self._retry_later(job, why)
+            else:
+                self._attempt_failed(job, why)
             return None
         return prepared
 
@@ -421,8 +440,46 @@ class Coordinator:
         self.driven.pop(job.job_id, None)
 
     def _retry_later(self, job: DrivenJob, why: str) -> None:
+        """An outage: try again later, without limit."""
         _log.warning(why, extra=job.log())
         job.retry_submit_at = self._monotonic() + max(1.0, job.backoff_ms / 1000)
+
+    def _attempt_failed(self, job: DrivenJob, why: str) -> None:
+        """An error that would repeat: back off, and after ``max_attempts`` end the job Failed."""
+        job.failed_attempts += 1
+        if job.failed_attempts >= self.max_attempts:
+            message = GAVE_UP.format(attempts=job.failed_attempts, error=why)
+            _log.error("giving up: %s", why, extra=job.log())
+            self._give_up(job, message)
+            return
+        delay = min(MAX_ATTEMPT_BACKOFF_SECS, 2.0 ** (job.failed_attempts - 1))
+        _log.warning(
+            "attempt %d of %d failed, next in %.0f s: %s",
+            job.failed_attempts,
+            self.max_attempts,
+            delay,
+            why,
+            extra=job.log(),
+        )
+        job.retry_submit_at = job.next_poll = self._monotonic() + delay
+
+    def _give_up(self, job: DrivenJob, message: str) -> None:
+        """End ``job`` Failed with ``message`` from whatever state it is in."""
+        if job.status is JobStatus.PENDING:
+            self._move(job, "rejected", JobStatus.FAILED, message)
+        elif job.status is JobStatus.RUNNING:
+            assert job.spider_id is not None
+            try:
+                cancel_if_safe(self.spider, job.spider_id)
+            except SpiderError as error:
+                _log.warning("could not cancel the Spider job: %s", error, extra=job.log())
+            self._move(job, "failed", JobStatus.FAILED, message)
+            self._clean_up(job)
+        elif job.status is JobStatus.COMMITTED:
+            self._end_badly(job, True, JobStatus.FAILED, message)
+            self._clean_up(job)
+        else:
+            self.driven.pop(job.job_id, None)
 
     # --- outcomes -----------------------------------------------------------------------------
 
@@ -457,10 +514,17 @@ class Coordinator:
 
     def _conclude(self, job: DrivenJob, state: JobState | None) -> None:
         row = self.store.get(job.job_id)
-        if row is None or row.status not in (JobStatus.RUNNING, JobStatus.COMMITTED):
-            self.driven.pop(job.job_id, None)  # terminal (never overwritten) or gone
+        try:
+            current = None if row is None else job_state(row)
+        except ValueError:
+            current = None  # a status no one defines: another writer's, left as it is
+        if current not in (JobStatus.RUNNING, JobStatus.COMMITTED):
+            # Terminal (never overwritten: another writer finished it) or gone.
+            self.driven.pop(job.job_id, None)
+            self._clean_up(job)
             return
-        job.status = JobStatus(row.status)
+        assert current is not None
+        job.status = current
         committed = job.status is JobStatus.COMMITTED
         if state is JobState.SUCCEEDED:
             if committed:
@@ -489,10 +553,10 @@ class Coordinator:
             self._move(job, "failed" if target is JobStatus.FAILED else "killed", target, message)
             return
         assert job.spider_id is not None
-        spider_id, dataset = job.spider_id, job.dataset
+        job_id, spider_id = job.job_id, job.spider_id
 
-        def withdraw(connection: object, _: Applied) -> None:
-            withdrawn = withdraw_archives(connection, dataset, spider_id)  # type: ignore[arg-type]
+        def withdraw(connection: Connection, _: Applied) -> None:
+            withdrawn = withdraw_archives(connection, job_id, spider_id)
             _log.info("rolled back %d published archive(s)", len(withdrawn), extra=job.log())
 
         self._move(
@@ -551,14 +615,12 @@ class Coordinator:
         if job.spider_id is None:
             return
         try:
-            removed = remove_unpublished_archives(
-                self.engine, job.spider_id, job.dataset, self.archive_output
-            )
+            settled = settle_archives(self.engine, job.job_id, self.archive_output)
         except SQLAlchemyError:
             _log.exception("clean-up failed; the sweep will retry", extra=job.log())
             return
-        if removed:
-            _log.info("removed %d unpublished archive(s)", removed, extra=job.log())
+        if settled.removed:
+            _log.info("removed %d unpublished archive(s)", settled.removed, extra=job.log())
 
     def _sweep(self) -> None:
         now = self._monotonic()
@@ -569,13 +631,11 @@ class Coordinator:
         # claim query's exclusion list stays as short as the foreign backlog.
         self._foreign = leases.still_pending(self.engine, self._foreign)
         grace = self.store.clock() - timedelta(seconds=SWEEP_INTERVAL_SECS)
-        for job_id, spider_id, clp_config in failed_jobs_with_stored_archives(self.engine, grace):
+        for job_id in terminal_jobs_with_stored_archives(self.engine, grace):
             if job_id in self.driven:
                 continue
-            removed = remove_unpublished_archives(
-                self.engine, spider_id, dataset_of(clp_config), self.archive_output
-            )
-            if removed:
+            settled = settle_archives(self.engine, job_id, self.archive_output)
+            if settled.removed:
                 _log.info(
-                    "sweep removed %d archive(s)", removed, extra=job_fields(job_id, spider_id)
+                    "sweep removed %d archive(s)", settled.removed, extra=job_fields(job_id, None)
                 )

@@ -107,6 +107,7 @@ def worker_settings(config: CoordinatorConfig, url: str) -> WorkerSettings:
         database_url=SecretStr(url),
         archive_output=archive_output_of(config),
         staging_directory=config.data_dir / "staging",
+        committed_storage=config.extras.committed_status,
         object_store_directory=config.object_store_directory,
     )
 
@@ -257,6 +258,7 @@ def open_runtime(config: CoordinatorConfig, *, lease_secs: float = 30.0) -> Runt
         instance_id=config.extras.instance_id or (EMBEDDED_INSTANCE_ID if standalone else None),
         lease_duration=timedelta(seconds=lease_secs),
         owns_undecodable_jobs=standalone,
+        max_attempts=config.extras.max_job_attempts,
         leaves_job=leaves_jobs_not_naming(config.object_store_directory) if standalone else None,
     )
     return Runtime(config, engine, JobStore(engine), spider, coordinator, embedded, client)

@@ -73,11 +73,13 @@ from importlib.resources import files
 from pathlib import Path
 from typing import IO, TypeVar
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.config.locations import is_same_store, local_store_named
 from coordinator.serde import WireFormatError, decode_as
 from coordinator.store.clock import utc_now
+from coordinator.store.jobs import SpiderJobUnmatched, in_flight_job_of
 from coordinator.store.stored_archives import (
     StoredArchiveRecord,
     forget_stored_archives,
@@ -440,10 +442,12 @@ def _store_and_record(
     """Store each archive and record it at once; ``stored`` gains each location as it is stored."""
     output = ctx.settings.archive_output
     engine = task_engine(ctx.settings)
+    job_id = _owning_job(engine, ctx.job_id)
     for archive in archives:
         location = store_archive(output, output_directory / archive.id, dataset, archive.id)
         stored.append(location)
         record = StoredArchiveRecord(
+            job_id=job_id,
             spider_job_id=ctx.job_id,
             task_id=ctx.task_id,
             instance_id=ctx.instance_id,
@@ -460,6 +464,21 @@ def _store_and_record(
             raise TaskError(
                 f"cannot record archive {archive.id} stored at {location}: {error}"
             ) from error
+
+
+def _owning_job(engine: Engine, spider_job_id: int) -> int | None:
+    """The compression job this Spider job runs for, when exactly one in-flight job records it.
+
+    ``None`` leaves the records unattributed (the commit, or the coordinator's sweep once the job
+    row is unambiguous, attributes them); raises ``TaskError`` when the database is unavailable.
+    """
+    try:
+        with engine.connect() as connection:
+            return in_flight_job_of(connection, spider_job_id)[0]
+    except SpiderJobUnmatched:
+        return None
+    except SQLAlchemyError as error:
+        raise TaskError(f"cannot look up the job of Spider job {spider_job_id}: {error}") from error
 
 
 def _roll_back(

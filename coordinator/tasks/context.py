@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from coordinator.lifecycle.storage import DEFAULT_COMMITTED_STORAGE, CommittedStorage
 from coordinator.task_io import AwsAuthentication, DefaultAuthentication
 
 WORKER_SETTINGS_ENV = "COORDINATOR_WORKER_SETTINGS"
@@ -66,6 +67,8 @@ class WorkerSettings(BaseModel):
     and S3 is not contacted. Other jobs are read from S3 whatever this is."""
     clp_s_path: Path | None = None
     """The ``clp-s`` binary; unset: the one ``yscope-clp-core`` ships."""
+    committed_storage: CommittedStorage = DEFAULT_COMMITTED_STORAGE
+    """How the commit task stores a Committed job (``coordinator.committed_status``)."""
 
     def to_environment(self) -> dict[str, str]:
         """The variable that carries these settings (secrets included) to a task process."""
