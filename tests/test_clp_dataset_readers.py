@@ -341,7 +341,7 @@ def published(
         for job_id in job_ids:
             row = job_row(rt, job_id)
             assert (row.status, row.status_msg) == (JobStatus.SUCCEEDED, "")
-        archives = {}
+        archives: dict[str, list[tuple[str, int, int, int, int]]] = {}
         with rt.engine.connect() as connection:
             for dataset in DATASETS:
                 table = archives_table(dataset)
@@ -354,9 +354,11 @@ def published(
                         table.c.size,
                     ).order_by(table.c.id)
                 ).all()
-                archives[dataset] = [tuple(row) for row in rows]
+                archives[dataset] = [
+                    (str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows
+                ]
         assert all(archives.values()), archives
-        yield Published(rt.engine, job_ids, archives)  # type: ignore[arg-type]
+        yield Published(rt.engine, job_ids, archives)
 
 
 def _time_range(number: int) -> tuple[int, int]:

@@ -242,10 +242,12 @@ def test_dataset_tables_are_created_on_demand_and_only_once(migrated_engine: Eng
         "clp_web_logs_files": {"files_path": ["path"], "files_archive_id": ["archive_id"]},
         "clp_web_logs_column_metadata": {},
     }
-    for table, keys in expected.items():
-        indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes(table)}
+    for table_name, keys in expected.items():
+        indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes(table_name)}
         indexes.pop("archive_id", None)  # MariaDB reports the unique key as an index too
-        assert indexes == {prefix.format(table=table) + name: cols for name, cols in keys.items()}
+        assert indexes == {
+            prefix.format(table=table_name) + name: cols for name, cols in keys.items()
+        }
     unique = inspector.get_unique_constraints("clp_web_logs_archives")
     assert [(u["name"], u["column_names"]) for u in unique] == [("archive_id", ["id"])]
     assert inspector.get_pk_constraint("clp_web_logs_files")["constrained_columns"] == ["id"]
