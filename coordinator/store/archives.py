@@ -18,7 +18,12 @@ from enum import Enum
 from sqlalchemy import Connection, delete, insert, inspect, select
 
 from coordinator.lifecycle import Actor, JobStatus
-from coordinator.store.datasets import archives_table, ensure_dataset_tables, register_dataset
+from coordinator.store.datasets import (
+    archives_table,
+    ensure_dataset_tables,
+    files_table,
+    register_dataset,
+)
 from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore, SpiderJobUnmatched, in_flight_job_of
 from coordinator.store.stored_archives import attribute_stored_archives, stored_archives_of_job
@@ -154,10 +159,13 @@ def withdraw_archives(connection: Connection, job_id: int, spider_job_id: int) -
     """
     withdrawn: list[str] = []
     for dataset, ids in published_archives_of_job(connection, job_id, spider_job_id).items():
-        table = archives_table(dataset)
+        archives, files = archives_table(dataset), files_table(dataset)
+        has_files = inspect(connection).has_table(files.name)
         for start in range(0, len(ids), INSERT_BATCH_SIZE):
-            connection.execute(
-                delete(table).where(table.c.id.in_(ids[start : start + INSERT_BATCH_SIZE]))
-            )
+            batch = ids[start : start + INSERT_BATCH_SIZE]
+            # CLP's own deletion order (delete_archives_from_metadata_db): files, then archives.
+            if has_files:
+                connection.execute(delete(files).where(files.c.archive_id.in_(batch)))
+            connection.execute(delete(archives).where(archives.c.id.in_(batch)))
         withdrawn += ids
     return withdrawn
