@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from yscope_clp_core import KqlQuery, search_archive
 
 from coordinator.config.clp import CompressionCoordinator
@@ -313,6 +314,20 @@ def test_invalid_jobs_fail_with_a_precise_message_and_the_loop_carries_on(
         job, _, _ = submit_edited_job(config, rt.engine, other_bucket)
         expected[job] = (
             "Compression job failed: S3 bucket mismatch: expected `archive-bucket`, but got `logs`"
+        )
+
+        with rt.engine.begin() as connection:  # registered by CLP with another letter case
+            connection.execute(
+                text("INSERT INTO clp_datasets VALUES ('Billing', '/var/clp/archives/Billing')")
+            )
+
+        def other_case(named: dict[str, Any], ids: list[int]) -> None:
+            named["input"]["dataset"] = "billing"
+
+        job, _, _ = submit_edited_job(config, rt.engine, other_case)
+        expected[job] = (
+            "Compression job failed: invalid dataset: billing (the registered dataset 'Billing' "
+            "differs only in letter case; use 'Billing')"
         )
 
         good = submit_job(config, rt.engine, dataset=DATASET, timestamp_key="timestamp")

@@ -28,6 +28,7 @@ from coordinator.partition import (
 from coordinator.serde import WireFormatError
 from coordinator.spider.policy import InvalidExecutionPolicy, commit_task_policy
 from coordinator.spider.task_graph import JobSubmission, build_compression_job
+from coordinator.store.datasets import registered_with_other_case
 from coordinator.store.ingestion import fetch_objects
 from coordinator.store.names import InvalidDatasetName, resolve_dataset_name
 from coordinator.task_io import ClpSCompressionOption, S3InputSource
@@ -93,6 +94,7 @@ def prepare(engine: Engine, clp_config: bytes, settings: CompressionCoordinator)
     try:
         ids = check_requested_ids(job_input.s3_object_metadata_ids, job_input.ingestion_job_id)
         with engine.connect() as connection:
+            registered = registered_with_other_case(connection, dataset)
             rows = fetch_objects(connection, ids, job_input.ingestion_job_id)
         objects = objects_in_id_order(
             ids,
@@ -104,6 +106,13 @@ def prepare(engine: Engine, clp_config: bytes, settings: CompressionCoordinator)
         partitions = require_partitions(partition_objects(objects, output.target_archive_size))
     except InvalidJobInput as error:
         raise JobRejected(f"Compression job failed: {error}") from error
+    if registered is not None:
+        # MariaDB compares dataset names without letter case but table names with it: CLP's
+        # readers would look for the registered name's tables and never see this job's archives.
+        raise JobRejected(
+            f"Compression job failed: invalid dataset: {dataset} (the registered dataset "
+            f"{registered!r} differs only in letter case; use {registered!r})"
+        )
     option = ClpSCompressionOption(
         target_encoded_size=output.target_segment_size + output.target_dictionaries_size,
         compression_level=output.compression_level,

@@ -39,6 +39,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    func,
     inspect,
     select,
 )
@@ -241,6 +242,15 @@ def ensure_dataset_tables(engine: Engine, dataset: str) -> None:
     for table in dataset_tables(dataset, engine.dialect.name):
         with engine.begin() as connection:
             create_table_if_missing(connection, table)
+
+
+def registered_with_other_case(connection: Connection, name: str) -> str | None:
+    """The registered dataset whose name differs from ``name`` only in letter case, if any."""
+    datasets = cast(Table, Dataset.__table__)
+    rows = connection.execute(
+        select(datasets.c.name).where(func.lower(datasets.c.name) == name.lower())
+    ).scalars()
+    return next((registered for registered in rows if registered != name), None)
 
 
 def register_dataset(connection: Connection, name: str, archive_storage_directory: str) -> None:
