@@ -7,10 +7,12 @@ an engine for ``$COORDINATOR_DATABASE_URL``, or the embedded SQLite database of 
 from __future__ import annotations
 
 from alembic import context
+from alembic.runtime.migration import RevisionStep
 from sqlalchemy import Connection
 
 from coordinator.config.locations import resolve_database_url
 from coordinator.store.database import create_database_engine
+from coordinator.store.downgrade import refuse_unless_clp_can_read
 from coordinator.store.migrate import migration_connection
 from coordinator.store.schema import Base
 
@@ -22,8 +24,25 @@ def _run(connection: Connection) -> None:
         transaction_per_migration=True,
         render_as_batch=connection.dialect.name == "sqlite",
     )
+    if _downgrading():
+        # Before the first step: each step commits its revision on its own, so a refusal by a
+        # later step would leave the revision moved (``coordinator.store.downgrade``).
+        refuse_unless_clp_can_read(connection)
     with context.begin_transaction():
         context.run_migrations()
+
+
+def _downgrading() -> bool:
+    """Whether this run takes any downgrade step (not a stamp), from alembic's own step plan."""
+    migration_context = context.get_context()
+    plan = getattr(migration_context, "_migrations_fn", None)
+    heads = migration_context.get_current_heads()
+    if plan is None or not heads:
+        return False  # each revision's downgrade still refuses first
+    return any(
+        isinstance(step, RevisionStep) and step.is_downgrade
+        for step in plan(heads, migration_context)
+    )
 
 
 def run_migrations_online() -> None:

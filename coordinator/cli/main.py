@@ -48,6 +48,7 @@ from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.grpc.server import SpiderServer, run_server
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
+from coordinator.store.downgrade import DowngradeRefused
 from coordinator.store.jobs import JobStore
 from coordinator.store.names import InvalidDatasetName
 
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, migrate.SchemaNotCurrent) as error:
         print(f"coordinator: {error}", file=sys.stderr)
         return 2
-    except (job_commands.NoSuchJob, IngestError, InvalidDatasetName) as error:
+    except (job_commands.NoSuchJob, IngestError, InvalidDatasetName, DowngradeRefused) as error:
         print(f"coordinator: {error}", file=sys.stderr)
         return 1
 

@@ -1,7 +1,8 @@
 """CLP's orchestration tables: create them, or adopt and upgrade an existing CLP database.
 
 Each table is created with CLP's DDL unless it exists. An existing table belongs to CLP: it is
-recorded in ``coordinator_adopted_tables`` and kept by the downgrade. An existing
+recorded in ``coordinator_adopted_tables``. The downgrade keeps every CLP table, adopted or created
+here, with its rows (``coordinator.store.downgrade``): it drops only that registry. An existing
 ``compression_jobs`` from before CLP #2421 gains what CLP's own code needs and CLP's migration never
 added (hazard H9): ``spider_id``, ``dispatch_time``, the ``JOB_SPIDER_ID`` and
 ``JOB_START_TIME_STATUS`` indexes and, on MySQL/MariaDB, ``ON UPDATE CURRENT_TIMESTAMP`` on
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from coordinator.store.downgrade import refuse_unless_clp_can_read
 from coordinator.store.sqltypes import (
     CurrentTimestamp,
     MediumBlob,
@@ -220,10 +222,14 @@ def _update_time_has_on_update(bind: sa.Connection) -> bool:
 
 
 def downgrade() -> None:
+    """Drop only the coordinator's registry: CLP's tables are CLP's, whoever created them.
+
+    This revision may have created them, but CLP fills them and references them from tables of
+    its own (``compression_tasks``, log-ingestor's), so they stay with every row, and so do the
+    columns and indexes added to a legacy ``compression_jobs`` (CLP's current DDL has them all).
+    A later ``upgrade`` adopts them. Re-runnable: a registry already gone is fine.
+    """
     bind = op.get_bind()
-    adopted_table = sa.table(ADOPTED, sa.column("table_name", sa.String))
-    adopted = set(bind.execute(sa.select(adopted_table.c.table_name)).scalars())
-    for name, _ in reversed(CLP_TABLES):
-        if name not in adopted:
-            op.drop_table(name)
-    op.drop_table(ADOPTED)
+    refuse_unless_clp_can_read(bind)
+    if sa.inspect(bind).has_table(ADOPTED):
+        op.drop_table(ADOPTED)

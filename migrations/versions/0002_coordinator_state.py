@@ -4,7 +4,7 @@
 token) and ``cancel_requested_at``; all are nullable or defaulted, so CLP's inserters (which write
 only ``clp_config``) and readers are unaffected. ``compression_job_transitions`` is the audit trail:
 one row per applied move, written in the move's transaction. Both steps check first and can run
-again.
+again; so does the downgrade, which removes exactly these (CLP's DDL has none of them).
 
 Revision ID: 0002
 Revises: 0001
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from coordinator.store.downgrade import refuse_unless_clp_can_read
 from coordinator.store.sqltypes import BigIntKey, Millis, UnsignedBigInt
 
 revision: str = "0002"
@@ -65,8 +66,23 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_table("compression_job_transitions")
+    """Drop only the coordinator's own columns, index and table (none is in CLP's DDL).
+
+    Refuses first while a job is in a state CLP cannot read; each step checks before it changes
+    anything, so a downgrade interrupted half-way can run again.
+    """
+    bind = op.get_bind()
+    refuse_unless_clp_can_read(bind)
+    inspector = sa.inspect(bind)
+    if inspector.has_table("compression_job_transitions"):
+        op.drop_table("compression_job_transitions")
+    columns = {column["name"] for column in inspector.get_columns("compression_jobs")}
+    indexes = {index["name"] for index in inspector.get_indexes("compression_jobs")}
+    dropped = [name for name, _ in reversed(JOB_COLUMNS) if name in columns]
+    if "JOB_LEASE" not in indexes and not dropped:
+        return
     with op.batch_alter_table("compression_jobs") as batch:
-        batch.drop_index("JOB_LEASE")
-        for name, _ in reversed(JOB_COLUMNS):
+        if "JOB_LEASE" in indexes:
+            batch.drop_index("JOB_LEASE")
+        for name in dropped:
             batch.drop_column(name)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from coordinator.store.downgrade import refuse_unless_clp_can_read
 from coordinator.store.sqltypes import (
     BigIntKey,
     LongBlob,
@@ -75,9 +76,18 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    """Drop the coordinator's own tables (re-runnable); refuses first while CLP cannot read a job.
+
+    The embedded engine's job records go with them; its new job ids stay above every Spider job id
+    ``compression_jobs`` records, so ids are not reused after an upgrade (``EmbeddedSpider``).
+    """
+    bind = op.get_bind()
+    refuse_unless_clp_can_read(bind)
+    existing = set(sa.inspect(bind).get_table_names())
     for table in (
         "spider_engine_jobs",
         "spider_engine_resource_groups",
         "compression_stored_archives",
     ):
-        op.drop_table(table)
+        if table in existing:
+            op.drop_table(table)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from coordinator.store.downgrade import refuse_unless_clp_can_read
 from coordinator.store.sqltypes import Millis
 
 revision: str = "0004"
@@ -70,22 +71,26 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    """Refuse, changing nothing, while a job is in a state CLP cannot read: Committed in either
+    form, or any status outside CLP's 0–4 (``coordinator.store.downgrade``). Re-runnable: each
+    step checks first."""
     bind = op.get_bind()
-    committed = bind.execute(
-        sa.text(
-            "SELECT id FROM compression_jobs WHERE status = :distinct "
-            "OR (status = :running AND committed_at IS NOT NULL) ORDER BY id LIMIT 10"
-        ).bindparams(distinct=_COMMITTED_BEFORE_0004, running=_RUNNING)
-    ).scalars().all()
-    if committed:
-        listed = ", ".join(str(job_id) for job_id in committed)
-        raise RuntimeError(
-            f"cannot downgrade: compression job(s) {listed} are Committed (archives published, "
-            "Spider's confirmation pending); run the coordinator until they finish, then retry. "
-            "Nothing was changed."
-        )
-    with op.batch_alter_table("compression_stored_archives") as batch:
-        batch.drop_index("STORED_ARCHIVE_JOB")
-        batch.drop_column("job_id")
-    with op.batch_alter_table("compression_jobs") as batch:
-        batch.drop_column("committed_at")
+    refuse_unless_clp_can_read(bind)
+    inspector = sa.inspect(bind)
+    if inspector.has_table("compression_stored_archives"):
+        stored_columns = {
+            column["name"] for column in inspector.get_columns("compression_stored_archives")
+        }
+        stored_indexes = {
+            index["name"] for index in inspector.get_indexes("compression_stored_archives")
+        }
+        if "job_id" in stored_columns or "STORED_ARCHIVE_JOB" in stored_indexes:
+            with op.batch_alter_table("compression_stored_archives") as batch:
+                if "STORED_ARCHIVE_JOB" in stored_indexes:
+                    batch.drop_index("STORED_ARCHIVE_JOB")
+                if "job_id" in stored_columns:
+                    batch.drop_column("job_id")
+    job_columns = {column["name"] for column in inspector.get_columns("compression_jobs")}
+    if "committed_at" in job_columns:
+        with op.batch_alter_table("compression_jobs") as batch:
+            batch.drop_column("committed_at")
