@@ -25,6 +25,7 @@ from coordinator.lifecycle import JobStatus
 from coordinator.serde import pack
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import list_objects, put_files
+from coordinator.service.resource_group import lookup_by_name
 from coordinator.service.runtime import Runtime, archive_output_of, open_runtime
 from coordinator.spider.embedded.engine import STATE_NAMES, EmbeddedSpider
 from coordinator.spider.grpc.client import GrpcSpider
@@ -199,6 +200,14 @@ class SpiderProxy:
 
     def __init__(self, inner: SpiderPort) -> None:
         self.inner = inner
+
+    @property
+    def resource_group_by_name(self) -> Callable[[str, bytes], int]:
+        """The wrapped engine's lookup by name, when it has one (the embedded engine does)."""
+        lookup = lookup_by_name(self.inner)
+        if lookup is None:
+            raise AttributeError("resource_group_by_name")
+        return lookup
 
     def add_resource_group(self, external_id: str, password: bytes) -> int:
         return self.inner.add_resource_group(external_id, password)

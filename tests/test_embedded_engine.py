@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, delete, select, text
 
 from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.embedded.faults import Fault
@@ -23,6 +24,7 @@ from coordinator.spider.port import (
 )
 from coordinator.spider.task_graph import TaskGraph
 from coordinator.spider.wire import compress, encode_job_inputs
+from coordinator.store.schema import EngineJob
 from tests.engine_support import (
     graph,
     journal,
@@ -338,3 +340,76 @@ def test_cancelled_after_the_commit_took_effect(migrated_engine: Engine, spider_
         job_id = _run(spider, graph(task("echo")), [b"a"], Fault("cancelled", task="commit"))
         assert wait_for(spider, job_id, *DONE) is JobState.CANCELLED
     assert len(wait_for_journal(spider_dir, job_id, "commit")) == 1
+
+
+# --- job ids: never below what compression_jobs already records ----------------------------------
+
+
+def _record_spider_ids(engine: Engine, spider_ids: list[int]) -> None:
+    """Jobs CLP's Rust coordinator (or a Spider since reset) submitted under these ids."""
+    with engine.begin() as connection:
+        for spider_id in spider_ids:
+            connection.execute(
+                text(
+                    "INSERT INTO compression_jobs (clp_config, status, spider_id) "
+                    "VALUES (:c, 2, :s)"
+                ),
+                {"c": b"earlier", "s": spider_id},
+            )
+
+
+def test_new_job_ids_stay_above_the_spider_ids_compression_jobs_records(
+    migrated_engine: Engine, spider_dir: Path
+) -> None:
+    _record_spider_ids(migrated_engine, [1, 2, 3, 4, 5, 1000])
+    with running_engine(migrated_engine, spider_dir) as spider:
+        group = spider.add_resource_group("rg", PASSWORD)
+        first = submit(spider, group, graph(task("echo")), [b"a"])
+        second = submit(spider, group, graph(task("echo")), [b"b"])
+        assert (first, second) == (1001, 1002)
+        assert spider.get_job_state(first) is JobState.READY
+    # The engine's records are reset (Spider's storage wiped): still no id compression_jobs holds.
+    _record_spider_ids(migrated_engine, [first])
+    with migrated_engine.begin() as connection:
+        connection.execute(delete(EngineJob))
+    with running_engine(migrated_engine, spider_dir) as spider:
+        group = spider.add_resource_group("rg2", PASSWORD)
+        assert submit(spider, group, graph(task("echo")), [b"c"]) == 1002
+
+
+def test_engines_sharing_a_database_register_at_once_with_distinct_ids(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    _record_spider_ids(migrated_engine, [1, 2, 3, 4, 5, 1000])
+    threads_per_engine, jobs_per_thread = 4, 5
+    with (
+        running_engine(migrated_engine, tmp_path / "a", workers=1) as first,
+        running_engine(migrated_engine, tmp_path / "b", workers=1) as second,
+    ):
+        group = first.add_resource_group("rg", PASSWORD)
+        spiders = [first, second] * threads_per_engine
+        barrier = threading.Barrier(len(spiders))
+        ids: list[int] = []
+        errors: list[BaseException] = []
+
+        def register(spider: EmbeddedSpider) -> None:
+            try:
+                barrier.wait(timeout=10)
+                for n in range(jobs_per_thread):
+                    ids.append(submit(spider, group, graph(task("echo")), [bytes([n])]))
+            except BaseException as error:  # reported in the test's thread
+                errors.append(error)
+
+        threads = [threading.Thread(target=register, args=(s,)) for s in spiders]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert len(ids) == len(set(ids)) == len(spiders) * jobs_per_thread
+        assert min(ids) > 1000
+        for job_id in ids:  # each engine knows the jobs it registered, by id, from the database
+            assert first.get_job_state(job_id) is JobState.READY
+    with migrated_engine.connect() as connection:
+        stored = connection.execute(select(EngineJob.id)).scalars().all()
+    assert sorted(stored) == sorted(ids)

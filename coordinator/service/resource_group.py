@@ -1,21 +1,34 @@
 """The Spider resource group the coordinator registers jobs under (``clp-contract.md`` §1.4).
 
-Spider cannot look a resource group up by name, so its id lives in ``spider_resource_groups``.
-Get-or-create: read the row; if there is none, ``AddResourceGroup(name, password = name)`` and
-insert the row. Improvements on CLP's coordinator:
+Where the id lives depends on the engine:
 
-* **Stale id** (H11): a stored id is checked with ``VerifyResourceGroup``; when Spider's storage was
-  reset it answers ``Unauthenticated``, and the group is registered again and the row replaced.
-  ``invalidate()`` forces the same check after a RegisterJob answered ``Unauthenticated``.
-* **Two coordinators registering at once**: the loser's insert (or Spider's ``ALREADY_EXISTS``)
-  makes it read the winner's row instead of failing; only when Spider knows the name but no row
-  records its id is it an error, which names the table to fix.
+* **The embedded engine** (in-process; ``coordinator spider serve`` hosts the same engine) keeps
+  its groups in its own table, ``spider_engine_resource_groups``, with a unique name, and offers a
+  get-or-create by name (``EmbeddedSpider.resource_group_by_name``, the ``NamedResourceGroups``
+  capability). The group is resolved there, race-safe between replicas sharing a database, and
+  CLP's ``spider_resource_groups`` is **never read or written**: a row CLP (or a Spider cluster)
+  recorded there stays byte for byte what it was, and one the engine cannot verify neither is
+  deleted nor holds up any job.
+* **A Spider cluster over gRPC** (``GrpcSpider``, any port without that capability): Spider cannot
+  look a group up by name, so, as CLP's Rust coordinator does, its id lives in
+  ``spider_resource_groups``. Get-or-create: read the row; if there is none,
+  ``AddResourceGroup(name, password = name)`` and insert the row. Improvements on CLP's
+  coordinator:
+
+  * **Stale id** (H11): a stored id is checked with ``VerifyResourceGroup``; when Spider's storage
+    was reset it answers ``Unauthenticated``, and the group is registered again and the row
+    replaced. ``invalidate()`` forces the same check after a RegisterJob answered
+    ``Unauthenticated``.
+  * **Two coordinators registering at once**: the loser's insert (or Spider's ``ALREADY_EXISTS``)
+    makes it read the winner's row instead of failing; only when Spider knows the name but no row
+    records its id is it an error, which names the table to fix.
 """
 
 from __future__ import annotations
 
 import time
-from typing import cast
+from collections.abc import Callable
+from typing import Protocol, cast
 
 from sqlalchemy import Engine, Table, delete, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -27,7 +40,23 @@ _groups = cast(Table, SpiderResourceGroup.__table__)
 
 
 class ResourceGroupUnavailable(RuntimeError):
-    """The group's id cannot be known: Spider has the name but no row records its id."""
+    """The group's id cannot be known: Spider has the name but no row records its id (gRPC), or
+    the engine has the name under another password (embedded)."""
+
+
+class NamedResourceGroups(Protocol):
+    """An engine that resolves a resource group by name itself (the embedded engine)."""
+
+    def resource_group_by_name(self, external_id: str, password: bytes) -> int:
+        """The group's id, created when missing; ``Unauthenticated`` for another password."""
+        ...
+
+
+def lookup_by_name(spider: object) -> Callable[[str, bytes], int] | None:
+    """``spider``'s ``resource_group_by_name`` when it has one (the embedded engine, or a wrapper
+    passing it on), else ``None`` (a Spider cluster: the id must be kept in CLP's table)."""
+    lookup = getattr(spider, "resource_group_by_name", None)
+    return lookup if callable(lookup) else None
 
 
 class ResourceGroup:
@@ -57,7 +86,20 @@ class ResourceGroup:
         """Forget the cached id: the next ``id()`` verifies (and if need be replaces) it."""
         self._id = None
 
+    @property
+    def uses_clp_table(self) -> bool:
+        """Whether the id is kept in CLP's ``spider_resource_groups`` (a Spider cluster)."""
+        return lookup_by_name(self.spider) is None
+
     def _resolve(self) -> int:
+        lookup = lookup_by_name(self.spider)
+        if lookup is not None:
+            try:
+                return lookup(self.name, self.password)
+            except Unauthenticated as error:
+                raise ResourceGroupUnavailable(
+                    f"the engine's resource group {self.name!r} has another password: {error}"
+                ) from error
         for _ in range(3):
             stored = self._stored()
             if stored is not None:

@@ -22,6 +22,16 @@ What it reproduces:
 * **Restart**: jobs live in ``spider_engine_jobs``; task states and retry counters only in memory.
   On start, ``Running`` jobs run again from the start, ``CommitReady`` jobs run their commit again,
   ``CleanupReady`` jobs their cleanup, ``Ready`` jobs wait for StartJob.
+* **Job ids are never reused**, not even across a reset of the engine's tables or a database where
+  CLP's Rust coordinator (or a Spider cluster since reset) already recorded Spider job ids: a new
+  id is above the engine's own largest id *and* every Spider job id ``compression_jobs.spider_id``
+  and ``compression_stored_archives.spider_job_id`` hold. It is written explicitly; two engines
+  sharing a database that pick the same id collide on the primary key and the loser picks again
+  (``register_job``).
+* **Resource groups** live in ``spider_engine_resource_groups`` (``external_id`` unique), never in
+  CLP's ``spider_resource_groups``. Besides Spider's two calls, the engine offers what Spider
+  lacks, a get-or-create by name (``resource_group_by_name``), which the coordinator uses instead
+  of keeping the id in CLP's table (``coordinator.service.resource_group``).
 
 Deliberate differences: in-task failure messages are plain text, not Spider's lossy msgpack; the
 fatal storage shutdowns of §7.3/§8 are refusals instead.
@@ -42,7 +52,8 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, Self, cast
 
-from sqlalchemy import Engine, Table, insert, select, update
+from sqlalchemy import Connection, Engine, Table, func, insert, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.embedded.manager import Assignment, ExecutionManager
@@ -65,7 +76,7 @@ from coordinator.spider.task_graph import (
 )
 from coordinator.spider.wire import decode_job_outputs, encode_job_outputs
 from coordinator.store.clock import utc_now
-from coordinator.store.schema import EngineJob, EngineResourceGroup
+from coordinator.store.schema import CompressionJob, EngineJob, EngineResourceGroup, StoredArchive
 from coordinator.tasks.context import WorkerSettings
 
 _log = logging.getLogger(__name__)
@@ -86,6 +97,12 @@ INTERNAL_ERROR = "storage service internal error"
 
 _jobs_table = cast(Table, EngineJob.__table__)
 _groups_table = cast(Table, EngineResourceGroup.__table__)
+_compression_jobs = cast(Table, CompressionJob.__table__)
+_stored_archives = cast(Table, StoredArchive.__table__)
+
+_ID_ATTEMPTS = 50
+"""How often ``register_job`` picks a new id after losing it to another engine (or a deadlock)."""
+_MYSQL_DEADLOCK = 1213
 
 
 class _TaskState(Enum):
@@ -228,6 +245,37 @@ class EmbeddedSpider:
         if stored is None or bytes(stored) != password:
             raise Unauthenticated("invalid resource group")
 
+    def resource_group_by_name(self, external_id: str, password: bytes) -> int:
+        """The id of the group ``external_id``, created with ``password`` when there is none.
+
+        Not a Spider call (Spider has no lookup by name): the embedded engine's own records are the
+        only place the id lives, so the coordinator asks them instead of keeping the id in CLP's
+        ``spider_resource_groups``. Race-safe between engines sharing a database: the loser of
+        two concurrent inserts hits the unique ``external_id`` and reads the winner's row. Raises
+        ``Unauthenticated`` when the group exists with another password.
+        """
+        for _ in range(_ID_ATTEMPTS):
+            with self._db.connect() as connection:
+                row = connection.execute(
+                    select(_groups_table.c.id, _groups_table.c.password).where(
+                        _groups_table.c.external_id == external_id
+                    )
+                ).first()
+            if row is not None:
+                if bytes(row.password) != password:
+                    raise Unauthenticated(
+                        f"resource group {external_id!r} exists with another password"
+                    )
+                return int(row.id)
+            try:
+                return self.add_resource_group(external_id, password)
+            except (ResourceGroupExists, IntegrityError):
+                continue  # another engine created it meanwhile: read its row
+            except OperationalError as error:
+                if not _is_deadlock(error):
+                    raise
+        raise ServerError(f"{INTERNAL_ERROR}: cannot resolve resource group {external_id!r}")
+
     # --- jobs -------------------------------------------------------------------------------
 
     def register_job(
@@ -238,30 +286,53 @@ class EmbeddedSpider:
             submission = decode_job_submission(compressed_task_graph, compressed_inputs)
         except InvalidTaskGraph as error:
             raise InvalidArgument(str(error)) from error
-        now = utc_now()
-        with self._db.begin() as connection:
-            group = connection.execute(
-                select(_groups_table.c.id).where(_groups_table.c.id == resource_group_id)
-            ).first()
-            if group is None:
-                raise Unauthenticated("invalid resource group")
-            key = connection.execute(
-                insert(_jobs_table).values(
-                    resource_group_id=resource_group_id,
-                    state=STATE_NAMES[JobState.READY],
-                    task_graph=compressed_task_graph,
-                    inputs=compressed_inputs,
-                    created_at=now,
-                    updated_at=now,
-                )
-            ).inserted_primary_key
-        assert key is not None
-        job_id = int(key[0])
+        job_id = self._insert_job(resource_group_id, compressed_task_graph, compressed_inputs)
         with self._condition:
             self._jobs[job_id] = _build_job(
                 job_id, submission.task_graph, list(submission.inputs), JobState.READY
             )
         return job_id
+
+    def _insert_job(
+        self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes
+    ) -> int:
+        """Store the job ``Ready`` under a fresh id (module docstring); the id.
+
+        The id is chosen, not left to the table's auto-increment (which restarts after a reset and
+        knows nothing of the ids CLP's Rust coordinator recorded). Two engines choosing the same id
+        at once collide on the primary key (MariaDB blocks the second insert until the first
+        commits, then refuses it; SQLite's ``BEGIN IMMEDIATE`` serialises them anyway): the loser
+        chooses again in a new transaction, which sees the winner's row.
+        """
+        for _ in range(_ID_ATTEMPTS):
+            now = utc_now()
+            try:
+                with self._db.begin() as connection:
+                    group = connection.execute(
+                        select(_groups_table.c.id).where(_groups_table.c.id == resource_group_id)
+                    ).first()
+                    if group is None:
+                        raise Unauthenticated("invalid resource group")
+                    job_id = _next_job_id(connection)
+                    connection.execute(
+                        insert(_jobs_table).values(
+                            id=job_id,
+                            resource_group_id=resource_group_id,
+                            state=STATE_NAMES[JobState.READY],
+                            task_graph=compressed_task_graph,
+                            inputs=compressed_inputs,
+                            created_at=now,
+                            updated_at=now,
+                        )
+                    )
+                return job_id
+            except IntegrityError:
+                _log.debug("job id taken by another engine meanwhile; choosing again")
+            except OperationalError as error:
+                if not _is_deadlock(error):
+                    raise
+                _log.debug("deadlock while choosing a job id; choosing again")
+        raise ServerError(f"{INTERNAL_ERROR}: no free job id after {_ID_ATTEMPTS} attempts")
 
     def start_job(self, job_id: int) -> JobState:
         """``Ready`` → ``Running``; ``JobNotFound`` if unknown or evicted, else ``ServerError``."""
@@ -552,6 +623,26 @@ class EmbeddedSpider:
                     job.cleanup.state = _TaskState.READY
                     self._enqueue(job.id, CLEANUP, termination=True)
                 _log.info("spider job %d recovered in %s", job.id, row.state)
+
+
+def _next_job_id(connection: Connection) -> int:
+    """One above every Spider job id the database knows of (the engine's, CLP's, the tasks')."""
+    highest = 0
+    for column in (
+        _jobs_table.c.id,
+        _compression_jobs.c.spider_id,
+        _stored_archives.c.spider_job_id,
+    ):
+        value = connection.execute(select(func.max(column))).scalar_one_or_none()
+        if value is not None:
+            highest = max(highest, int(value))
+    return highest + 1
+
+
+def _is_deadlock(error: OperationalError) -> bool:
+    """MariaDB's deadlock (1213), which concurrent inserts of one key can cause: retry."""
+    args: tuple[object, ...] = tuple(getattr(error.orig, "args", ()))
+    return len(args) > 0 and args[0] == _MYSQL_DEADLOCK
 
 
 def _runnable(job: _Job, task: _Task) -> bool:
