@@ -226,7 +226,7 @@ class StoredArchive(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     stored_at: Mapped[datetime] = mapped_column(Millis)
     job_id: Mapped[int | None] = mapped_column(Integer)
-    """The compression job the archive was stored for (migration 0004; older records may lack it)."""
+    """The compression job it was stored for (migration 0004; older records may lack it)."""
 
 
 class EngineResourceGroup(Base):
