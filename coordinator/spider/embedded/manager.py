@@ -26,6 +26,9 @@ from coordinator.spider.embedded.protocol import (
     write_message,
 )
 
+EXECUTOR_START_TIMEOUT_SECS = 120.0
+"""How long a new executor may take to import its task packages before it counts as crashed."""
+
 _log = logging.getLogger(__name__)
 
 
@@ -65,7 +68,10 @@ class ExecutionManager(threading.Thread):
     def run(self) -> None:
         """Take, run and report assignments until stopped."""
         try:
-            self._executor()  # ready before the first assignment, as Spider's managers are
+            try:
+                self._executor()  # ready before the first assignment, as Spider's managers are
+            except (ExecutorGone, OSError):
+                self._discard(kill=True)  # the first assignment starts another one
             while not self._stopping.is_set():
                 assignment = self._next_assignment(0.2)
                 if assignment is None:
@@ -101,13 +107,24 @@ class ExecutionManager(threading.Thread):
             return Reply(error=executor_crashed(self._discard()))
 
     def _executor(self) -> subprocess.Popen[bytes]:
+        """The running executor, started (and waited for until ready) when there is none.
+
+        Raises ``ExecutorGone`` (or ``ReplyTimeout`` after ``EXECUTOR_START_TIMEOUT_SECS``) when a
+        new executor dies or hangs before it is ready.
+        """
         if self._process is None:
-            self._process = subprocess.Popen(
+            process = subprocess.Popen(
                 self._command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=self._environment,
             )
+            self._process = process
+            assert process.stdout is not None
+            try:
+                read_reply(process.stdout.fileno(), time.monotonic() + EXECUTOR_START_TIMEOUT_SECS)
+            except ReplyTimeout as error:
+                raise ExecutorGone(f"the executor was not ready in time: {error}") from error
         return self._process
 
     def _discard(self, *, kill: bool = False) -> int | None:
