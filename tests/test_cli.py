@@ -160,3 +160,4 @@ def test_the_console_script_runs_as_a_module(tmp_path: Path) -> None:
         check=True,
     )
     assert "finalised    Committed (5)  Succeeded (2)" in completed.stdout
+    assert "Committed  status 1 or 5  committed_at set" in completed.stdout

@@ -32,7 +32,7 @@ from coordinator.cli import jobs as job_commands
 from coordinator.cli.demo import run_demo
 from coordinator.config.loader import ConfigError, CoordinatorConfig, database_url, load_config
 from coordinator.config.locations import PROJECT_ROOT
-from coordinator.lifecycle import EDGES
+from coordinator.lifecycle import EDGES, STORED_FORMS
 from coordinator.lifecycle import diagrams as lifecycle_diagrams
 from coordinator.service import logs
 from coordinator.service.ingest import (
@@ -308,7 +308,7 @@ def _lifecycle(_: argparse.Namespace) -> int:
 
 
 def _print_lifecycle() -> None:
-    print("Compression job lifecycle (status numbers as stored in compression_jobs.status):")
+    print("Compression job lifecycle (state numbers; how each is stored follows):")
     rows = [
         (
             edge.trigger,
@@ -328,6 +328,15 @@ def _print_lifecycle() -> None:
         print(f"  {cells}  {why[0]}")
         for line in why[1:]:
             print(" " * (indent + 2) + line)
+    print("\nStored in compression_jobs (status, committed_at):")
+    for state, form in STORED_FORMS.items():
+        marker = {True: "set", False: "NULL", None: "any"}[form.committed]
+        statuses = " or ".join(str(status) for status in form.statuses)
+        print(f"  {state.label:<10} status {statuses:<7} committed_at {marker}")
+    print(
+        "  Committed is written as 1 (coordinator.committed_status: running, the default) "
+        "or 5 (distinct)"
+    )
 
 
 def _diagrams(args: argparse.Namespace) -> int:
