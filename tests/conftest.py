@@ -8,13 +8,17 @@ which fails it instead.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
+from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
@@ -76,3 +80,17 @@ def migrated_engine(engine: Engine) -> Engine:
 def store(migrated_engine: Engine) -> JobStore:
     """A job store over the migrated database."""
     return JobStore(migrated_engine)
+
+
+@pytest.fixture
+def config(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CoordinatorConfig:
+    """The embedded default under ``tmp_path/var`` on the test's database, two task workers.
+
+    A module may override it (``test_service.py`` does, to check CLP's defaults too).
+    """
+    if database_url.startswith("sqlite"):
+        monkeypatch.delenv(DATABASE_URL_ENV, raising=False)  # the data directory's SQLite file
+    else:
+        monkeypatch.setenv(DATABASE_URL_ENV, database_url)
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    return dataclasses.replace(load_config(None, data_dir=tmp_path / "var"), embedded_workers=2)

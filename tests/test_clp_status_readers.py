@@ -20,7 +20,6 @@ The readers are transcribed from CLP's sources (commit e00317e3), their SQL verb
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from enum import IntEnum, auto
 from pathlib import Path
@@ -30,7 +29,6 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator.config.clp import PollingBackoff
 from coordinator.config.loader import CoordinatorConfig, load_config
-from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.lifecycle import Actor, CommittedStorage, JobStatus
 from coordinator.service.ingest import submit_job
 from coordinator.service.runtime import open_runtime, worker_settings
@@ -142,13 +140,7 @@ def _commit(store: JobStore) -> None:
     )
 
 
-def test_a_committed_job_reads_as_running_to_clps_readers(store: JobStore) -> None:
-    job_id = new_job_in(store, JobStatus.RUNNING)
-    _commit(store)
-    assert store.state(job_id) is JobStatus.COMMITTED
-    with store.engine.connect() as connection:
-        assert log_ingestor_poll(connection, job_id) is None  # still waiting, no error
-        assert compress_py_poll(connection, job_id) is None
+def _finalise(store: JobStore, job_id: int) -> None:
     result = store.transition(
         TransitionRequest(
             job_id,
@@ -160,6 +152,16 @@ def test_a_committed_job_reads_as_running_to_clps_readers(store: JobStore) -> No
         )
     )
     assert isinstance(result, Applied)
+
+
+def test_a_committed_job_reads_as_running_to_clps_readers(store: JobStore) -> None:
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    _commit(store)
+    assert store.state(job_id) is JobStatus.COMMITTED
+    with store.engine.connect() as connection:
+        assert log_ingestor_poll(connection, job_id) is None  # still waiting, no error
+        assert compress_py_poll(connection, job_id) is None
+    _finalise(store, job_id)
     with store.engine.connect() as connection:
         assert log_ingestor_poll(connection, job_id) is CompressionJobStatus.SUCCEEDED
         assert compress_py_poll(connection, job_id) == "Compression finished."
@@ -183,17 +185,7 @@ def test_the_distinct_setting_stores_committed_as_5_for_a_clp_that_knows_it(
     # The default store (another process, another setting) still reads and moves it.
     default = JobStore(migrated_engine)
     assert default.state(job_id) is JobStatus.COMMITTED
-    result = default.transition(
-        TransitionRequest(
-            job_id,
-            "finalised",
-            JobStatus.COMMITTED,
-            JobStatus.SUCCEEDED,
-            Actor.COORDINATOR,
-            spider_id=SPIDER_ID,
-        )
-    )
-    assert isinstance(result, Applied)
+    _finalise(default, job_id)
 
 
 def test_a_running_edge_never_matches_a_committed_row(store: JobStore) -> None:
@@ -213,18 +205,6 @@ def test_a_running_edge_never_matches_a_committed_row(store: JobStore) -> None:
     )
     assert not isinstance(result, Applied)
     assert store.state(job_id) is JobStatus.COMMITTED
-
-
-@pytest.fixture
-def config(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CoordinatorConfig:
-    """The embedded default on the test's database; polling slow enough that Committed lasts."""
-    if database_url.startswith("sqlite"):
-        monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
-    else:
-        monkeypatch.setenv(DATABASE_URL_ENV, database_url)
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    loaded = load_config(None, data_dir=tmp_path / "var")
-    return dataclasses.replace(loaded, embedded_workers=2)
 
 
 def test_status_sampled_through_real_runs_never_leaves_clps_values(

@@ -40,16 +40,6 @@ class _FakeClock:
         self.now += 120.0
 
 
-@pytest.fixture
-def config(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CoordinatorConfig:
-    if database_url.startswith("sqlite"):
-        monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
-    else:
-        monkeypatch.setenv(DATABASE_URL_ENV, database_url)
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    return dataclasses.replace(load_config(None, data_dir=tmp_path / "var"), embedded_workers=1)
-
-
 class _BrokenRegistration(SpiderProxy):
     def register_job(
         self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes

@@ -7,7 +7,6 @@ Rust coordinator does (get-or-create, a stale id after a Spider reset, concurren
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,8 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, delete, func, insert, select, text
 
-from coordinator.config.loader import CoordinatorConfig, load_config
-from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
+from coordinator.config.loader import CoordinatorConfig
 from coordinator.lifecycle import JobStatus
 from coordinator.service.ingest import submit_job
 from coordinator.service.resource_group import ResourceGroup, ResourceGroupUnavailable
@@ -174,17 +172,6 @@ def _resolve_at_once(spiders: list[EmbeddedSpider] | list[GrpcSpider], engine: E
 
 
 # --- a whole job on the embedded default --------------------------------------------------------
-
-
-@pytest.fixture
-def config(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CoordinatorConfig:
-    """The embedded default under ``tmp_path/var``, on the test's database."""
-    if database_url.startswith("sqlite"):
-        monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
-    else:
-        monkeypatch.setenv(DATABASE_URL_ENV, database_url)
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    return dataclasses.replace(load_config(None, data_dir=tmp_path / "var"), embedded_workers=2)
 
 
 @pytest.mark.parametrize("clp_row", [True, False], ids=["clp-row", "empty"])
