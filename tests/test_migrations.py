@@ -33,6 +33,7 @@ COORDINATOR_TABLES = {
     names.STORED_ARCHIVES,
     names.ENGINE_RESOURCE_GROUPS,
     names.ENGINE_JOBS,
+    names.COORDINATOR_INSTANCES,
 }
 COORDINATOR_JOB_COLUMNS = {"lease_owner", "lease_expires_at", "lease_epoch", "cancel_requested_at"}
 CLP_JOB_COLUMNS = {

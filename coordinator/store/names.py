@@ -19,6 +19,7 @@ ADOPTED_TABLES = "coordinator_adopted_tables"
 STORED_ARCHIVES = "compression_stored_archives"
 ENGINE_RESOURCE_GROUPS = "spider_engine_resource_groups"
 ENGINE_JOBS = "spider_engine_jobs"
+COORDINATOR_INSTANCES = "coordinator_instances"
 
 CLP_METADATA_TABLE_PREFIX = "clp_"
 DEFAULT_DATASET = "default"

@@ -248,7 +248,11 @@ class EngineJob(Base):
     """
 
     __tablename__ = names.ENGINE_JOBS
-    __table_args__ = (Index("ENGINE_JOB_STATE", "state"), MYSQL_TABLE_OPTIONS)
+    __table_args__ = (
+        Index("ENGINE_JOB_STATE", "state"),
+        Index("ENGINE_JOB_OWNER", "owner"),
+        MYSQL_TABLE_OPTIONS,
+    )
 
     id: Mapped[int] = mapped_column(UnsignedBigIntKey, primary_key=True, autoincrement=True)
     resource_group_id: Mapped[int] = mapped_column(UnsignedBigInt)
@@ -259,6 +263,28 @@ class EngineJob(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(Millis)
     updated_at: Mapped[datetime] = mapped_column(Millis)
+    owner: Mapped[str | None] = mapped_column(String(64))
+    """The token of the engine instance executing the job (migration 0006); none: an orphan."""
+
+
+class CoordinatorInstance(Base):
+    """A live coordinator process (or standalone engine) and its heartbeat (migration 0006).
+
+    One row per coordinator ``instance_id`` (kind ``coordinator``) or standalone engine (kind
+    ``engine``); ``token`` is new at every process start and owns that process's engine jobs.
+    """
+
+    __tablename__ = names.COORDINATOR_INSTANCES
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    token: Mapped[str] = mapped_column(String(64), unique=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(Millis)
+    heartbeat_at: Mapped[datetime] = mapped_column(Millis)
+    expires_at: Mapped[datetime] = mapped_column(Millis)
 
 
 class AdoptedTable(Base):
