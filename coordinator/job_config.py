@@ -15,6 +15,13 @@ Who writes what (§4.3), and what the coordinator does with it (hazard H1):
 Ownership is decided leniently first (``peek_input_type``): anything but ``s3_object_metadata``
 belongs to the legacy scheduler and is left untouched. Only a job the coordinator claimed is then
 decoded strictly (``decode_clp_io_config``), and a failure there fails the job with the message.
+
+The peek reads the input's type in every form the full decoder accepts: ``ClpIoConfig`` as a map
+(``{"input": …}``, or integer keys ``{0: …}``) or as an array (``[input, output]``); the input as a
+map with a ``type`` key (serde's internally tagged form, what every CLP writer stores), an array
+led by its tag (``[tag, fields…]``, ``rmp_serde::to_vec``), or a map with integer keys led by the
+tag at ``0``. A blob it cannot classify is undecodable. Nothing a blob holds raises anything but
+``UndecodableJobConfig`` from this module: a row's content must never stop the service.
 """
 
 from __future__ import annotations
@@ -104,8 +111,12 @@ _read_tagged_array = tagged_array_reader(_INPUT_VARIANTS)
 
 
 def _read_input(value: Any) -> Any:
-    # CLP's Python CLI leaves `type` out (it is a default never set explicitly).
     if isinstance(value, Mapping) and "type" not in value:
+        tag = value.get(0)
+        if isinstance(tag, str) and tag in _INPUT_VARIANTS:
+            # Integer keys (field indices): the tag is field 0 of every variant.
+            return _INPUT_VARIANTS[tag].model_validate(value)
+        # CLP's Python CLI leaves `type` out (it is a default never set explicitly).
         inferred = "fs" if "paths_to_compress" in value else "s3"
         return {"type": inferred, **value}
     return _read_tagged_array(value)
@@ -143,43 +154,96 @@ def encode_clp_io_config(config: ClpIoConfig) -> bytes:
 def decode_clp_io_config(blob: bytes) -> ClpIoConfig:
     """The job config in ``blob``.
 
-    Raises ``UndecodableJobConfig`` when the blob is not zstd, inflates past
-    ``MAX_DECOMPRESSED_BYTES``, is not msgpack, or is not a valid ``ClpIoConfig`` (the message
-    names the field: ``ClpIoConfig.input.s3_object_metadata.bucket: …``).
+    Raises ``UndecodableJobConfig``, and nothing else, when the blob is not zstd, inflates past
+    ``MAX_DECOMPRESSED_BYTES``, is not msgpack (an array or map as a map key included), or is not
+    a valid ``ClpIoConfig`` (the message names the field:
+    ``ClpIoConfig.input.s3_object_metadata.bucket: …``).
     """
+    value = _unpack_blob(blob)
     try:
-        return decode_as(ClpIoConfig, _unpack_blob(blob))
+        return decode_as(ClpIoConfig, value)
     except WireFormatError as error:
         raise UndecodableJobConfig(str(error)) from error
+    except Exception as error:
+        # A validator may fail in a way pydantic does not wrap; it is still this blob's fault.
+        raise UndecodableJobConfig(f"ClpIoConfig: {_describe(error)}") from error
 
 
 def peek_input_type(blob: bytes) -> str | None:
     """The job's input type, read leniently to decide who owns the job.
 
-    ``"s3_object_metadata"``, ``"s3"``, ``"fs"``, another string, or ``None`` when the input has no
-    ``type`` (a CLI job). Nothing else is validated. Raises ``UndecodableJobConfig`` when the blob
-    is not zstd-compressed msgpack of a map with an ``input`` map.
+    ``"s3_object_metadata"``, ``"s3"``, ``"fs"``, another string, or ``None`` when the input is a
+    map without ``type`` (a job of CLP's Python CLI). Nothing else is validated. Raises
+    ``UndecodableJobConfig`` when the blob is not zstd-compressed msgpack of a ``ClpIoConfig``
+    (map or array) whose input is a map or a tagged array, or when the type is not a string.
     """
-    value = _unpack_blob(blob)
-    job_input = value.get("input") if isinstance(value, Mapping) else None
-    if not isinstance(job_input, Mapping):
-        raise UndecodableJobConfig("the job config has no `input` map")
-    input_type = job_input.get("type")
-    return input_type if isinstance(input_type, str) else None
+    job_input = _peek_input(blob)
+    if isinstance(job_input, Mapping):
+        if "type" in job_input:
+            input_type = job_input["type"]
+        elif isinstance(job_input.get(0), str):
+            input_type = job_input[0]  # integer keys: the tag is field 0
+        else:
+            return None
+    else:
+        input_type = job_input[0]
+    if not isinstance(input_type, str):
+        raise UndecodableJobConfig(
+            f"the job config's input type is not a string: {_shorten(input_type)}"
+        )
+    return input_type
 
 
 def peek_endpoint_url(blob: bytes) -> str | None:
     """The job input's ``endpoint_url``, read as leniently as ``peek_input_type``.
 
-    ``None`` when the input has none (or not a string). Raises ``UndecodableJobConfig`` when the
-    blob is not zstd-compressed msgpack of a map with an ``input`` map.
+    ``None`` when the input has none (or not a string). Raises ``UndecodableJobConfig`` when
+    ``peek_input_type`` does.
+    """
+    job_input = _peek_input(blob)
+    if isinstance(job_input, Mapping):
+        endpoint_url = job_input.get("endpoint_url")
+        if endpoint_url is None and isinstance(job_input.get(0), str):
+            endpoint_url = _positional(job_input, "endpoint_url")
+    else:
+        endpoint_url = _positional(job_input, "endpoint_url")
+    return endpoint_url if isinstance(endpoint_url, str) else None
+
+
+def _peek_input(blob: bytes) -> Mapping[Any, Any] | list[Any]:
+    """The input of a map- or array-form ``ClpIoConfig``: a map, or an array led by a string tag.
+
+    Raises ``UndecodableJobConfig`` for anything else.
     """
     value = _unpack_blob(blob)
-    job_input = value.get("input") if isinstance(value, Mapping) else None
-    if not isinstance(job_input, Mapping):
-        raise UndecodableJobConfig("the job config has no `input` map")
-    endpoint_url = job_input.get("endpoint_url")
-    return endpoint_url if isinstance(endpoint_url, str) else None
+    if isinstance(value, Mapping):
+        job_input = value["input"] if "input" in value else value.get(0)
+    elif isinstance(value, list) and len(value) == len(ClpIoConfig.model_fields):
+        job_input = value[0]
+    else:
+        raise UndecodableJobConfig(
+            "the job config has no `input` map: it is neither a ClpIoConfig map nor an "
+            f"[input, output] array but {_shorten(value)}"
+        )
+    if isinstance(job_input, Mapping):
+        return job_input
+    if isinstance(job_input, list) and job_input and isinstance(job_input[0], str):
+        return job_input
+    raise UndecodableJobConfig(
+        "the job config has no `input` map: its input is neither a map nor an array led by its "
+        f"type but {_shorten(job_input)}"
+    )
+
+
+def _positional(job_input: Mapping[Any, Any] | list[Any], field: str) -> object:
+    """Field ``field`` of a tagged array (or integer-keyed map) input, by its variant's order."""
+    variant = _INPUT_VARIANTS.get(job_input[0])
+    if variant is None or field not in variant.model_fields:
+        return None
+    index = list(variant.model_fields).index(field)
+    if isinstance(job_input, Mapping):
+        return job_input.get(index)
+    return job_input[index] if index < len(job_input) else None
 
 
 def _unpack_blob(blob: bytes) -> Any:
@@ -188,6 +252,10 @@ def _unpack_blob(blob: bytes) -> Any:
         raw = reader.read(MAX_DECOMPRESSED_BYTES + 1)
     except zstandard.ZstdError as error:
         raise UndecodableJobConfig(f"the job config is not a zstd frame: {error}") from error
+    except Exception as error:
+        raise UndecodableJobConfig(
+            f"the job config is not a zstd frame: {_describe(error)}"
+        ) from error
     if len(raw) > MAX_DECOMPRESSED_BYTES:
         raise UndecodableJobConfig(
             f"the job config inflates past {MAX_DECOMPRESSED_BYTES} bytes; refusing to decode it"
@@ -196,3 +264,17 @@ def _unpack_blob(blob: bytes) -> Any:
         return unpack(raw, what="ClpIoConfig")
     except WireFormatError as error:
         raise UndecodableJobConfig(str(error)) from error
+    except Exception as error:
+        # msgpack builds maps as dicts: an array or map used as a key raises TypeError.
+        raise UndecodableJobConfig(
+            f"ClpIoConfig: not valid msgpack for a ClpIoConfig ({_describe(error)})"
+        ) from error
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _shorten(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

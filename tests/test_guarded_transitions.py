@@ -17,6 +17,7 @@ from coordinator.lifecycle import (
     IllegalTransition,
     JobStatus,
     Record,
+    RowGuard,
     edges_from,
 )
 from coordinator.store.guarded import (
@@ -50,10 +51,24 @@ def _edge_id(edge: Edge) -> str:
     return f"{edge.trigger}-{edge.dest.label}"
 
 
+def _new_job_for(store: JobStore, edge: Edge) -> int:
+    """A new job in ``edge.source`` that the edge's guards match."""
+    job_id = new_job_in(store, edge.source)
+    if edge.source is JobStatus.PENDING and RowGuard.SPIDER_ID_MATCHES in edge.guards:
+        # 'abandoned': a Pending row that some other writer gave a Spider id.
+        with store.engine.begin() as connection:
+            connection.execute(
+                update(CompressionJob)
+                .where(CompressionJob.id == job_id)
+                .values(spider_id=SPIDER_ID)
+            )
+    return job_id
+
+
 @pytest.mark.parametrize("edge", EDGES, ids=_edge_id)
 def test_every_legal_transition_applies_and_records(store: JobStore, edge: Edge) -> None:
     with freeze_time(START) as clock:
-        job_id = new_job_in(store, edge.source)
+        job_id = _new_job_for(store, edge)
         before = store.get(job_id)
         assert before is not None
         clock.tick(timedelta(seconds=90))
@@ -330,7 +345,7 @@ def test_moves_out_of_each_status_match_the_definition(store: JobStore) -> None:
     """From every status, exactly the edges the lifecycle lists apply."""
     for status in JobStatus:
         for edge in edges_from(status):
-            job_id = new_job_in(store, status)
+            job_id = _new_job_for(store, edge)
             actor = sorted(edge.actors)[0]
             result = store.transition(request(job_id, edge.trigger, status, edge.dest, actor))
             assert isinstance(result, Applied), (edge, result)

@@ -40,6 +40,7 @@ def test_the_required_edges_exist_with_their_actors() -> None:
         ("submitted", "Pending", "Running"): {Actor.COORDINATOR},
         ("rejected", "Pending", "Failed"): {Actor.COORDINATOR},
         ("cancelled", "Pending", "Killed"): {Actor.COORDINATOR, Actor.OPERATOR},
+        ("abandoned", "Pending", "Failed"): {Actor.COORDINATOR},
         ("committed", "Running", "Committed"): {Actor.COMMIT_TASK},
         ("failed", "Running", "Failed"): {Actor.COORDINATOR},
         ("killed", "Running", "Killed"): {Actor.COORDINATOR},

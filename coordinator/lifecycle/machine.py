@@ -21,6 +21,11 @@ cancelled     Pending    Killed     coordinator,      nothing was submitted yet,
                                     operator          needs cancelling; safe for an operator too
                                                       (a coordinator that registered meanwhile
                                                       loses its ``submitted`` race and cancels)
+abandoned     Pending    Failed     coordinator       the Pending row already records a Spider job
+                                                      (CLP never leaves one so): submitting would
+                                                      overwrite that id, so the job ends naming it
+                                                      (the Spider job is cancelled if Spider knows
+                                                      it); guarded by that very Spider id
 committed     Running    Committed  commit task       the commit task publishes the archives in the
                                                       same transaction (the durable decision)
 failed        Running    Failed     coordinator       Spider failed (or forgot) the job before any
@@ -154,6 +159,19 @@ EDGES: tuple[Edge, ...] = (
         guards=(RowGuard.SPIDER_ID_UNSET,),
         records=_ENDS_BADLY,
         why="Nothing was submitted yet, so nothing runs in Spider for this job.",
+    ),
+    _edge(
+        "abandoned",
+        JobStatus.PENDING,
+        JobStatus.FAILED,
+        _COORDINATOR,
+        guards=(RowGuard.SPIDER_ID_MATCHES,),
+        records=_ENDS_BADLY,
+        why=(
+            "The Pending row already records a Spider job: it is never submitted again (the id "
+            "would be overwritten, and registering anew would lose every race), so it ends "
+            "Failed naming that Spider job."
+        ),
     ),
     _edge(
         "committed",

@@ -36,6 +36,11 @@ from coordinator.task_io import ClpSCompressionOption, S3InputSource
 MAX_REGISTER_BYTES = 4 * 1024 * 1024
 """gRPC's default message limit, which a Spider cluster enforces on RegisterJob."""
 
+U64_MAX = 2**64 - 1
+"""CLP's Rust ids and sizes are ``u64``; MariaDB's ``BIGINT UNSIGNED`` holds them all."""
+SQLITE_INTEGER_MAX = 2**63 - 1
+"""SQLite's ``INTEGER`` is a signed 64-bit integer: no row has a larger id."""
+
 
 class JobRejected(Exception):
     """The job can never run; ``str()`` is the ``status_msg`` that tells the operator why."""
@@ -57,15 +62,21 @@ class PreparedJob:
 
 def dataset_of(clp_config: bytes) -> str:
     """The dataset a job writes to, ``default`` when the config names none or cannot be read."""
+    return known_dataset_of(clp_config) or resolve_dataset_name(None)
+
+
+def known_dataset_of(clp_config: bytes) -> str | None:
+    """The dataset a job writes to (``default`` when the config names none), or ``None`` when the
+    config cannot be read or names an invalid dataset. Never fails."""
     try:
-        job_input = decode_clp_io_config(clp_config).input
-    except UndecodableJobConfig:
-        return resolve_dataset_name(None)
-    dataset = job_input.dataset
-    try:
-        return resolve_dataset_name(dataset)
-    except InvalidDatasetName:
-        return resolve_dataset_name(None)
+        return resolve_dataset_name(decode_clp_io_config(clp_config).input.dataset)
+    except (UndecodableJobConfig, InvalidDatasetName):
+        return None
+
+
+def largest_stored_id(engine: Engine) -> int:
+    """The largest id ``ingested_s3_object_metadata`` and ``ingestion_job`` can hold here."""
+    return SQLITE_INTEGER_MAX if engine.dialect.name == "sqlite" else U64_MAX
 
 
 def prepare(engine: Engine, clp_config: bytes, settings: CompressionCoordinator) -> PreparedJob:
@@ -91,11 +102,26 @@ def prepare(engine: Engine, clp_config: bytes, settings: CompressionCoordinator)
         raise JobRejected(
             "Compression job failed: output.target_archive_size must be positive, got 0"
         )
+    # clp-s takes one u64 target for segments and dictionaries together; Rust's release build
+    # would wrap the sum silently, so a sum past u64 is refused instead.
+    target_encoded_size = output.target_segment_size + output.target_dictionaries_size
+    if target_encoded_size > U64_MAX:
+        raise JobRejected(
+            "Compression job failed: output.target_segment_size + "
+            f"output.target_dictionaries_size = {target_encoded_size} overflows clp-s's u64 "
+            f"target encoded size (at most {U64_MAX})"
+        )
+    largest_id = largest_stored_id(engine)
     try:
         ids = check_requested_ids(job_input.s3_object_metadata_ids, job_input.ingestion_job_id)
+        # An id the database's columns cannot hold names no row (SQLite's INTEGER is signed, so a
+        # u64 above 2^63-1 would fail the query itself): it is missing, as on MariaDB.
+        fetchable = [object_id for object_id in ids if object_id <= largest_id]
+        if job_input.ingestion_job_id > largest_id:
+            fetchable = []
         with engine.connect() as connection:
             registered = registered_with_other_case(connection, dataset)
-            rows = fetch_objects(connection, ids, job_input.ingestion_job_id)
+            rows = fetch_objects(connection, fetchable, job_input.ingestion_job_id)
         objects = objects_in_id_order(
             ids,
             job_input.ingestion_job_id,
@@ -114,7 +140,7 @@ def prepare(engine: Engine, clp_config: bytes, settings: CompressionCoordinator)
             f"{registered!r} differs only in letter case; use {registered!r})"
         )
     option = ClpSCompressionOption(
-        target_encoded_size=output.target_segment_size + output.target_dictionaries_size,
+        target_encoded_size=target_encoded_size,
         compression_level=output.compression_level,
         timestamp_key=job_input.timestamp_key,
         unstructured=job_input.unstructured,

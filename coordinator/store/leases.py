@@ -13,7 +13,10 @@ What can be claimed:
 * Pending jobs whose input is ``s3_object_metadata`` and that no live lease holds. Other Pending
   jobs belong to CLP's legacy scheduler (hazard H1) and are never written: the caller decides
   ownership from the config blob before claiming. ``dispatch_time`` is set only on claimed jobs
-  (H8).
+  (H8). Only a row without a Spider id is claimed for submission; one that already records a
+  Spider id (CLP never leaves a Pending row so) is claimed separately, only to be ended
+  (``recorded_spider_id``), never submitted: submitting would have to overwrite that id, and the
+  ``submitted`` edge, guarded by ``spider_id IS NULL``, would lose its race on every attempt.
 * Running or Committed jobs with a Spider job id whose lease expired (their coordinator died), or
   that a coordinator of the same name held before a restart.
 """
@@ -35,7 +38,11 @@ _jobs = cast(Table, CompressionJob.__table__)
 
 @dataclass(frozen=True)
 class Lease:
-    """A job this coordinator now drives, and the epoch every write for it must carry."""
+    """A job this coordinator now drives, and the epoch every write for it must carry.
+
+    A Pending lease with a ``spider_id`` is a row that already records a Spider job: it is to be
+    ended, never submitted.
+    """
 
     job_id: int
     epoch: int
@@ -61,21 +68,28 @@ def claim_pending(
     limit: int,
     is_ours: Callable[[int, bytes], bool],
     skip: Collection[int] = (),
+    recorded_spider_id: bool = False,
 ) -> list[Lease]:
     """Claim up to ``limit`` Pending jobs that ``is_ours(id, clp_config)`` accepts, oldest first.
 
+    By default only rows without a Spider id: the jobs to submit. With ``recorded_spider_id``,
+    only rows that already record one (``Lease.spider_id``): jobs to end, never to submit.
     ``skip`` lists ids not to consider: known not to be ours (so their blobs are not decoded every
     tick) or already driven by the caller.
-    Jobs ``is_ours`` refuses are not written. Raises the driver's errors.
+    Jobs ``is_ours`` refuses are not written. Raises the driver's errors, and whatever ``is_ours``
+    raises (nothing is claimed then).
     """
     if limit <= 0:
         return []
     claimed: list[Lease] = []
     with engine.begin() as connection:
         candidates = connection.execute(
-            select(_jobs.c.id, _jobs.c.lease_epoch, _jobs.c.clp_config)
+            select(_jobs.c.id, _jobs.c.lease_epoch, _jobs.c.spider_id, _jobs.c.clp_config)
             .where(
                 _jobs.c.status == int(JobStatus.PENDING),
+                _jobs.c.spider_id.is_not(None)
+                if recorded_spider_id
+                else _jobs.c.spider_id.is_(None),
                 _claimable_by(owner, now),
                 *([_jobs.c.id.not_in(list(skip))] if skip else []),
             )
@@ -90,7 +104,9 @@ def claim_pending(
             if not is_ours(row.id, blob):
                 continue
             if _take(connection, row.id, row.lease_epoch, owner, now + lease, dispatch_at=now):
-                claimed.append(Lease(row.id, row.lease_epoch + 1, JobStatus.PENDING, None, blob))
+                claimed.append(
+                    Lease(row.id, row.lease_epoch + 1, JobStatus.PENDING, row.spider_id, blob)
+                )
     return claimed
 
 
