@@ -12,6 +12,10 @@ one line; read-only commands never open a runtime and keep working):
   Pending ``s3_object_metadata`` jobs that do not (log-ingestor's, read from S3), it belongs to a
   CLP deployment: the coordinator refuses to start and says to pass CLP's configuration with
   ``--config``. Such jobs arriving later are left Pending, untouched, logged once each.
+* **An instance id a live coordinator holds** (``coordinator.store.instances``): every coordinator
+  keeps a heartbeat row for its ``instance_id`` (the embedded default's is ``embedded``). A second
+  process with the same id waits one expiry period for the first's heartbeat to lapse, then refuses;
+  a restart on the same host after a crash takes the row over at once.
 
 Where a job's objects are read never depends on the mode: the worker settings always carry the
 local store this coordinator serves, and the compress task reads it only for jobs naming it; every
@@ -46,12 +50,13 @@ from coordinator.job_config import (
     peek_input_type,
 )
 from coordinator.lifecycle import JobStatus
-from coordinator.service.coordinator import Coordinator
+from coordinator.service.coordinator import Coordinator, default_instance_id
 from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.spider.port import SpiderPort
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
+from coordinator.store.instances import COORDINATOR, InstanceInUse, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CompressionJob
 from coordinator.task_io import AwsCredentials, CredentialsAuthentication, DefaultAuthentication
@@ -182,6 +187,8 @@ class Runtime:
     """The in-process engine, when the engine is ``embedded``."""
     client: GrpcSpider | None = None
     """The connection to a Spider cluster, when the engine is ``spider``."""
+    presence: Presence | None = None
+    """This coordinator's row in ``coordinator_instances`` (its heartbeat)."""
 
     def close(self) -> None:
         """Stop the embedded engine (its running tasks die and resume at the next start)."""
@@ -189,6 +196,8 @@ class Runtime:
             self.embedded.close()
         if self.client is not None:
             self.client.close()
+        if self.presence is not None:
+            self.presence.close()
         self.engine.dispose()
 
     def __enter__(self) -> Self:
@@ -219,7 +228,16 @@ def open_engine(config: CoordinatorConfig) -> Engine:
     return engine
 
 
-def open_runtime(config: CoordinatorConfig, *, lease_secs: float = 30.0) -> Runtime:
+INSTANCE_STALE_AFTER_SECS = 10.0
+"""A coordinator whose heartbeat is older than this is gone (``coordinator.store.instances``)."""
+
+
+def open_runtime(
+    config: CoordinatorConfig,
+    *,
+    lease_secs: float = 30.0,
+    stale_after_secs: float = INSTANCE_STALE_AFTER_SECS,
+) -> Runtime:
     """Everything ``coordinator run`` needs, started. Close it (or use ``with``) to stop.
 
     The engine is the in-process embedded engine, or, for ``engine: spider``, the Spider cluster
@@ -237,13 +255,33 @@ def open_runtime(config: CoordinatorConfig, *, lease_secs: float = 30.0) -> Runt
         if problem is not None:
             engine.dispose()
             raise ConfigError(None, [problem])
+    # One live process per instance id: a second one waits for the first's heartbeat to lapse,
+    # then refuses; a restart after a crash on this host takes the row over at once.
+    name = config.extras.instance_id or (
+        EMBEDDED_INSTANCE_ID if standalone else default_instance_id()
+    )
+    presence = Presence(engine, COORDINATOR, name, stale_after_secs=stale_after_secs)
+    try:
+        presence.register()
+    except InstanceInUse as error:
+        engine.dispose()
+        raise ConfigError(config.source, [str(error)]) from None
+    presence.start()
     embedded: EmbeddedSpider | None = None
     client: GrpcSpider | None = None
     spider: SpiderPort
     if config.engine == "embedded":
-        embedded = EmbeddedSpider(
-            engine, worker_settings(config, database_url(config)), workers=config.embedded_workers
-        ).start()
+        try:
+            embedded = EmbeddedSpider(
+                engine,
+                worker_settings(config, database_url(config)),
+                workers=config.embedded_workers,
+                presence=presence,
+                coordinator_name=name,
+            ).start()
+        except BaseException:
+            presence.close()
+            raise
         spider = embedded
     else:
         endpoint = config.clp.spider or Spider()
@@ -255,13 +293,15 @@ def open_runtime(config: CoordinatorConfig, *, lease_secs: float = 30.0) -> Runt
         spider=spider,
         settings=config.compression_coordinator,
         archive_output=archive_output_of(config),
-        instance_id=config.extras.instance_id or (EMBEDDED_INSTANCE_ID if standalone else None),
+        instance_id=name,
         lease_duration=timedelta(seconds=lease_secs),
         owns_undecodable_jobs=standalone,
         max_attempts=config.extras.max_job_attempts,
         leaves_job=leaves_jobs_not_naming(config.object_store_directory) if standalone else None,
     )
-    return Runtime(config, engine, JobStore(engine), spider, coordinator, embedded, client)
+    return Runtime(
+        config, engine, JobStore(engine), spider, coordinator, embedded, client, presence
+    )
 
 
 def _warn_about_upstream_requirements(config: CoordinatorConfig) -> None:

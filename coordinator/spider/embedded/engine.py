@@ -22,6 +22,24 @@ What it reproduces:
 * **Restart**: jobs live in ``spider_engine_jobs``; task states and retry counters only in memory.
   On start, ``Running`` jobs run again from the start, ``CommitReady`` jobs run their commit again,
   ``CleanupReady`` jobs their cleanup, ``Ready`` jobs wait for StartJob.
+* **Ownership** (several engines on one database, one per coordinator replica): every job row has
+  an ``owner``, the token of the engine's ``Presence`` (``coordinator.store.instances``: a row with
+  a heartbeat). An engine runs only the jobs it owns, and writes a job's state only while it owns
+  it and the stored state is the one it knows (``WHERE id = ? AND owner = ? AND state = ?``), so a
+  stale engine cannot overwrite, and a terminal state is never rewritten; a write that finds the job
+  gone drops it from memory. An engine *adopts* (compare-and-set of the owner) an unfinished job
+  whose owner is gone, as after a restart (the restart above is the same adoption): at start, every
+  ``sweep_interval_secs`` after, and whenever a caller asks about the job. An owner is gone when its
+  token has no row (closed, or replaced by a restart of the same coordinator: adopted at once), or
+  its row expired and this engine has itself been in touch with the database for a whole expiry
+  period. The sweep leaves a job alone while an in-flight compression job that names it is leased to
+  another coordinator: the coordinator that takes that lease over adopts it when it asks about it.
+  A ``Ready`` job is handed to whichever engine starts it, and Ready/Running jobs (without a cleanup
+  task) of another live engine are cancelled in the database, which that engine notices.
+* **Outages**: writes made for task reports are retried with a bounded back-off until they succeed
+  (logged once, then summarised when the database is back); memory changes only after the write
+  succeeded, and no thread dies of a database error. Calls made by the coordinator are not
+  retried: they raise the database's error with nothing changed.
 * **Job ids are never reused**, not even across a reset of the engine's tables or a database where
   CLP's Rust coordinator (or a Spider cluster since reset) already recorded Spider job ids: a new
   id is above the engine's own largest id *and* every Spider job id ``compression_jobs.spider_id``
@@ -52,9 +70,28 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, Self, cast
 
-from sqlalchemy import Connection, Engine, Table, func, insert, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    Table,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import (
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.sql.dml import Update
 
+from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES
 from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.embedded.manager import Assignment, ExecutionManager
 from coordinator.spider.embedded.protocol import Reply, Request
@@ -76,6 +113,13 @@ from coordinator.spider.task_graph import (
 )
 from coordinator.spider.wire import decode_job_outputs, encode_job_outputs
 from coordinator.store.clock import utc_now
+from coordinator.store.instances import (
+    DEFAULT_STALE_AFTER_SECS,
+    ENGINE,
+    Presence,
+    known_tokens,
+    live_tokens,
+)
 from coordinator.store.schema import CompressionJob, EngineJob, EngineResourceGroup, StoredArchive
 from coordinator.tasks.context import WorkerSettings
 
@@ -100,9 +144,60 @@ _groups_table = cast(Table, EngineResourceGroup.__table__)
 _compression_jobs = cast(Table, CompressionJob.__table__)
 _stored_archives = cast(Table, StoredArchive.__table__)
 
+_UNFINISHED = [STATE_NAMES[s] for s in STATE_NAMES if not s.is_terminal]
+_TRANSIENT = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
+"""Errors of an unavailable database: a write that hits one is tried again."""
+_MAX_BACKOFF_SECS = 5.0
+_ADOPT_BATCH = 100
+
 _ID_ATTEMPTS = 50
 """How often ``register_job`` picks a new id after losing it to another engine (or a deadlock)."""
 _MYSQL_DEADLOCK = 1213
+
+
+class _JobLost(Exception):
+    """The job's row is no longer this engine's (another engine adopted or cancelled it)."""
+
+
+class _Stopping(Exception):
+    """The engine closes while a write waits for the database."""
+
+
+class _OutageLog:
+    """Logs the first failure of an outage and a summary when it ends, not every attempt."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._failures = 0
+
+    def failed(self, error: BaseException, doing: str) -> None:
+        with self._lock:
+            self._failures += 1
+            if self._since is not None:
+                return
+            self._since = time.monotonic()
+        _log.warning(
+            "embedded engine: database unavailable while %s (%s); retrying with back-off up to "
+            "%.0f s, nothing changes until it is back",
+            doing,
+            str(error).splitlines()[0][:200],
+            _MAX_BACKOFF_SECS,
+        )
+
+    def succeeded(self) -> None:
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is None:
+                return
+            since, failures = self._since, self._failures
+            self._since, self._failures = None, 0
+        _log.warning(
+            "embedded engine: database available again after %.1f s (%d failed attempts)",
+            time.monotonic() - since,
+            failures,
+        )
 
 
 class _TaskState(Enum):
@@ -160,8 +255,23 @@ class EmbeddedSpider:
         workers: int | None = None,
         executor_environment: Mapping[str, str] | None = None,
         terminated_job_retention_secs: float = 300.0,
+        presence: Presence | None = None,
+        coordinator_name: str | None = None,
+        stale_after_secs: float = DEFAULT_STALE_AFTER_SECS,
+        sweep_interval_secs: float = 1.0,
     ) -> None:
+        """``presence``: the hosting coordinator's registration, whose token owns this engine's
+        jobs (its owner keeps it beating and closes it); without one the engine registers its own
+        (kind ``engine``, expiring after ``stale_after_secs``). ``coordinator_name``: the hosting
+        coordinator's ``instance_id`` (the sweep adopts jobs of compression jobs it leases)."""
         self._db = database
+        self._presence = presence
+        self._own_presence = presence is None
+        self._coordinator_name = coordinator_name
+        self._stale_after = stale_after_secs
+        self._sweep_interval = sweep_interval_secs
+        self._stopping = threading.Event()
+        self._outage = _OutageLog()
         self._condition = threading.Condition()
         self._jobs: dict[int, _Job] = {}
         self._regular_lane: deque[tuple[int, str, bool]] = deque()
@@ -185,16 +295,36 @@ class EmbeddedSpider:
 
     # --- life cycle -------------------------------------------------------------------------
 
+    @property
+    def token(self) -> str:
+        """This engine's owner token (``spider_engine_jobs.owner`` of the jobs it runs)."""
+        assert self._presence is not None, "start the engine first"
+        return self._presence.token
+
     def start(self) -> Self:
-        """Recover unfinished jobs from the database and start the execution managers."""
-        self._recover()
+        """Register, adopt the jobs of owners that are gone, and start the execution managers."""
+        if self._presence is None:
+            self._presence = Presence(
+                self._db, ENGINE, stale_after_secs=self._stale_after
+            ).register()
+            self._presence.start()
+        try:
+            self._sweep()
+        except BaseException:
+            if self._own_presence:
+                self._presence.close()
+            raise
         for manager in self._managers:
             manager.start()
         self._monitor.start()
         return self
 
     def close(self) -> None:
-        """Stop: running instances are killed, nothing more is recorded (as if the host died)."""
+        """Stop: running instances are killed, nothing more is recorded (as if the host died).
+
+        An engine's own registration is deleted: its unfinished jobs are free for adoption at once.
+        """
+        self._stopping.set()
         with self._condition:
             self._closed = True
             self._condition.notify_all()
@@ -202,7 +332,10 @@ class EmbeddedSpider:
             manager.stop()
         for manager in self._managers:
             manager.join(timeout=30)
-        self._monitor.join(timeout=5)
+        if self._monitor.is_alive():
+            self._monitor.join(timeout=5)
+        if self._own_presence and self._presence is not None:
+            self._presence.close()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -323,6 +456,7 @@ class EmbeddedSpider:
                             inputs=compressed_inputs,
                             created_at=now,
                             updated_at=now,
+                            owner=self.token,
                         )
                     )
                 return job_id
@@ -337,48 +471,93 @@ class EmbeddedSpider:
     def start_job(self, job_id: int) -> JobState:
         """``Ready`` → ``Running``; ``JobNotFound`` if unknown or evicted, else ``ServerError``."""
         with self._condition:
-            job = self._jobs.get(job_id)
+            job = self._local(job_id) or self._take_ready(job_id)
             if job is None:
-                raise JobNotFound(f"job {job_id} not found")
+                try:
+                    stored = self._stored_state(job_id)
+                except JobNotFound:
+                    raise
+                if stored.is_terminal:
+                    raise JobNotFound(f"job {job_id} not found")  # evicted, as Spider forgets
+                raise ServerError(f"{INTERNAL_ERROR}: job {job_id} is {STATE_NAMES[stored]}")
             if job.state is not JobState.READY:
                 raise ServerError(INTERNAL_ERROR)
-            self._set_state(job, JobState.RUNNING)
+            try:
+                self._set_state(job, JobState.RUNNING, retry=False)
+            except _JobLost:
+                self._drop(job)
+                raise ServerError(f"{INTERNAL_ERROR}: job {job_id} changed meanwhile") from None
             self._release_input_tasks(job)
             return job.state
 
     def cancel_job(self, job_id: int) -> JobState:
         """Cancel per Spider's table (module docstring)."""
         with self._condition:
-            job = self._jobs.get(job_id)
-            if job is None:
-                return self._stored_state(job_id)  # terminal and evicted: Spider answers its state
-            if job.state.is_terminal or job.state is JobState.CLEANUP_READY:
-                raise ServerError(INTERNAL_ERROR)
-            if job.state is JobState.COMMIT_READY and job.cleanup is None:
+            job = self._local(job_id)
+            if job is not None:
+                try:
+                    return self._cancel_here(job)
+                except _JobLost:
+                    self._drop(job)
+        return self._cancel_elsewhere(job_id)
+
+    def _cancel_here(self, job: _Job) -> JobState:
+        _check_cancellable(job.state, has_cleanup=job.cleanup is not None)
+        if job.cleanup is not None and job.state is not JobState.READY:
+            self._set_state(job, JobState.CLEANUP_READY, retry=False)
+            self._cancel_tasks(job)
+            job.cleanup.state = _TaskState.READY
+            self._enqueue(job.id, CLEANUP, termination=True)
+        else:
+            self._set_state(job, JobState.CANCELLED, retry=False)
+            self._cancel_tasks(job)
+        return job.state
+
+    def _cancel_elsewhere(self, job_id: int) -> JobState:
+        """Cancel a job another live engine runs (or that left memory): in the database.
+
+        Only ``Ready`` and ``Running`` jobs without a cleanup task can be cancelled so (the owner
+        notices at its next sweep or write and stops them); the rest follow Spider's table.
+        """
+        for _ in range(_ID_ATTEMPTS):
+            with self._db.connect() as connection:
+                row = connection.execute(
+                    select(
+                        _jobs_table.c.state, _jobs_table.c.task_graph, _jobs_table.c.inputs
+                    ).where(_jobs_table.c.id == job_id)
+                ).first()
+            if row is None:
+                raise JobNotFound(f"job {job_id} not found")
+            state = _STATES_BY_NAME[row.state]
+            if state.is_terminal:
+                return state  # terminal and evicted: Spider answers its state
+            graph = decode_job_submission(bytes(row.task_graph), bytes(row.inputs)).task_graph
+            _check_cancellable(state, has_cleanup=graph.cleanup_task is not None)
+            if graph.cleanup_task is not None:
                 raise ServerError(
-                    f"{INTERNAL_ERROR}: a CommitReady job without a cleanup task cannot be "
-                    "cancelled (Spider's storage server would shut down)"
+                    f"{INTERNAL_ERROR}: job {job_id} is run by another engine; its cleanup task "
+                    "cannot be started from here"
                 )
-            if job.state is JobState.READY and job.cleanup is not None:
-                raise ServerError(
-                    f"{INTERNAL_ERROR}: a Ready job with a cleanup task cannot be cancelled "
-                    "(Spider's storage server would shut down)"
-                )
-            for task in (*job.tasks, job.commit):
-                if task is not None and task.state in (_TaskState.PENDING, _TaskState.READY):
-                    task.state = _TaskState.CANCELLED
-            if job.cleanup is not None and job.state is not JobState.READY:
-                self._set_state(job, JobState.CLEANUP_READY)
-                job.cleanup.state = _TaskState.READY
-                self._enqueue(job.id, CLEANUP, termination=True)
-            else:
-                self._set_state(job, JobState.CANCELLED)
-            return job.state
+            with self._db.begin() as connection:
+                cancelled = connection.execute(
+                    update(_jobs_table)
+                    .where(_jobs_table.c.id == job_id, _jobs_table.c.state == row.state)
+                    .values(state=STATE_NAMES[JobState.CANCELLED], updated_at=utc_now())
+                ).rowcount
+            if cancelled == 1:
+                _log.info("spider job %d: Cancelled (run by another engine)", job_id)
+                return JobState.CANCELLED
+        raise ServerError(f"{INTERNAL_ERROR}: job {job_id} keeps changing")
+
+    def _cancel_tasks(self, job: _Job) -> None:
+        for task in (*job.tasks, job.commit):
+            if task is not None and task.state in (_TaskState.PENDING, _TaskState.READY):
+                task.state = _TaskState.CANCELLED
 
     def get_job_state(self, job_id: int) -> JobState:
         """The job's state; ``JobNotFound`` if there is no such job."""
         with self._condition:
-            job = self._jobs.get(job_id)
+            job = self._local(job_id)
             if job is not None:
                 return job.state
         return self._stored_state(job_id)
@@ -457,26 +636,51 @@ class EmbeddedSpider:
                 return
             if task.instances.pop(request.instance_id, None) is None or not _runnable(job, task):
                 return  # stale: the job or task moved on while the instance ran
-            if assignment.cancelled_meanwhile:
-                self._set_state(job, JobState.CANCELLED)  # the report arrives too late
-            elif assignment.lose_report:
-                # The report never arrives; Spider re-queues the task when the manager is declared
-                # dead, without using a retry.
-                self._enqueue(job.id, task.key, termination=task.key in (COMMIT, CLEANUP))
-            elif reply.error is None:
-                self._task_succeeded(job, task, reply.outputs or [])
-            else:
-                self._task_failed(job, task, reply.error)
+            try:
+                if assignment.cancelled_meanwhile:
+                    self._set_state(job, JobState.CANCELLED)  # the report arrives too late
+                elif assignment.lose_report:
+                    # The report never arrives; Spider re-queues the task when the manager is
+                    # declared dead, without using a retry.
+                    self._enqueue(job.id, task.key, termination=task.key in (COMMIT, CLEANUP))
+                elif reply.error is None:
+                    self._task_succeeded(job, task, reply.outputs or [])
+                else:
+                    self._task_failed(job, task, reply.error)
+            except _JobLost:
+                self._drop(job)
+            except _Stopping:
+                return
             self._condition.notify_all()
 
     def _task_succeeded(self, job: _Job, task: _Task, outputs: list[bytes]) -> None:
-        task.state = _TaskState.SUCCEEDED
-        task.outputs = outputs
         if task.key == COMMIT:
             self._set_state(job, JobState.SUCCEEDED)
+            task.state = _TaskState.SUCCEEDED
             return
         if task.key == CLEANUP:
             self._set_state(job, JobState.CANCELLED)
+            task.state = _TaskState.SUCCEEDED
+            return
+        if all(t.state is _TaskState.SUCCEEDED for t in job.tasks if t is not task):
+            # The last task: the job's state changes first, then memory.
+            graph_outputs = [
+                output
+                for i in job.graph.output_tasks
+                for output in (outputs if job.tasks[i] is task else job.tasks[i].outputs or [])
+            ]
+            if job.commit is None:
+                self._set_state(job, JobState.SUCCEEDED, outputs=graph_outputs)
+            else:
+                self._set_state(job, JobState.COMMIT_READY, outputs=graph_outputs)
+            job.graph_outputs = graph_outputs
+        task.state = _TaskState.SUCCEEDED
+        task.outputs = outputs
+        if job.state is JobState.COMMIT_READY and job.commit is not None:
+            job.commit.state = _TaskState.READY
+            self._enqueue(job.id, COMMIT, termination=True)
+            return
+        if job.state is not JobState.RUNNING:
             return
         index = int(task.key)
         for child in job.tasks:
@@ -487,24 +691,15 @@ class EmbeddedSpider:
             ):
                 child.state = _TaskState.READY
                 self._enqueue(job.id, child.key)
-        if all(t.state is _TaskState.SUCCEEDED for t in job.tasks):
-            job.graph_outputs = [
-                output for i in job.graph.output_tasks for output in job.tasks[i].outputs or []
-            ]
-            if job.commit is None:
-                self._set_state(job, JobState.SUCCEEDED, outputs=job.graph_outputs)
-            else:
-                self._set_state(job, JobState.COMMIT_READY, outputs=job.graph_outputs)
-                job.commit.state = _TaskState.READY
-                self._enqueue(job.id, COMMIT, termination=True)
 
     def _task_failed(self, job: _Job, task: _Task, message: str) -> None:
-        task.failures += 1
-        if task.failures <= task.policy.max_num_retry:
+        if task.failures + 1 <= task.policy.max_num_retry:
+            task.failures += 1
             self._enqueue(job.id, task.key, termination=task.key in (COMMIT, CLEANUP))
             return
-        task.state = _TaskState.FAILED
         self._set_state(job, JobState.FAILED, error=message)
+        task.failures += 1
+        task.state = _TaskState.FAILED
 
     # --- helpers (hold the condition) -------------------------------------------------------
 
@@ -551,16 +746,32 @@ class EmbeddedSpider:
         *,
         outputs: list[bytes] | None = None,
         error: str | None = None,
+        retry: bool = True,
     ) -> None:
+        """Write the new state (guarded: still ours, still in the state memory knows), then change
+        memory. ``retry``: wait out an outage (report paths), else raise its error (callers' paths).
+        Raises ``_JobLost`` when the guard fails, ``_Stopping`` when closed while waiting."""
         values: dict[str, object] = {"state": STATE_NAMES[state], "updated_at": utc_now()}
         if outputs is not None:
             values["outputs"] = encode_job_outputs(outputs)
         if error is not None:
             values["error_message"] = error
-        with self._db.begin() as connection:
-            connection.execute(
-                update(_jobs_table).where(_jobs_table.c.id == job.id).values(**values)
+        statement = (
+            update(_jobs_table)
+            .where(
+                _jobs_table.c.id == job.id,
+                _jobs_table.c.owner == self.token,
+                _jobs_table.c.state == STATE_NAMES[job.state],
             )
+            .values(**values)
+        )
+        if (
+            self._write(
+                statement, retry=retry, doing=f"recording job {job.id} {STATE_NAMES[state]}"
+            )
+            != 1
+        ):
+            raise _JobLost(job.id)
         job.state = state
         if state.is_terminal:
             job.terminated_at = time.monotonic()
@@ -579,9 +790,28 @@ class EmbeddedSpider:
 
     # --- background ---------------------------------------------------------------------------
 
-    def _watch(self) -> None:
-        """Soft-timeout duplicates and eviction of terminal jobs from memory."""
+    def _write(self, statement: Update, *, retry: bool, doing: str) -> int:
+        """Execute ``statement`` in its own transaction; its row count. With ``retry``, an
+        unavailable database is waited out with a bounded back-off (``_Stopping`` if closed)."""
+        delay = 0.1
         while True:
+            try:
+                with self._db.begin() as connection:
+                    count = connection.execute(statement).rowcount
+                self._outage.succeeded()
+                return int(count)
+            except _TRANSIENT as error:
+                if not retry:
+                    raise
+                self._outage.failed(error, doing)
+            if self._stopping.wait(delay):
+                raise _Stopping
+            delay = min(delay * 2, _MAX_BACKOFF_SECS)
+
+    def _watch(self) -> None:
+        """Soft-timeout duplicates, eviction of terminal jobs from memory, and the sweep."""
+        next_sweep = time.monotonic() + self._sweep_interval
+        while not self._stopping.is_set():
             with self._condition:
                 if self._closed:
                     return
@@ -599,30 +829,177 @@ class EmbeddedSpider:
                                 self._enqueue(
                                     job.id, task.key, termination=task.key in (COMMIT, CLEANUP)
                                 )
-                self._condition.wait(0.1)
+            if time.monotonic() >= next_sweep:
+                try:
+                    self._sweep()
+                    self._outage.succeeded()
+                except _TRANSIENT as error:
+                    self._outage.failed(error, "looking for jobs to adopt")
+                except Exception:
+                    _log.exception("embedded engine: the sweep failed; trying again")
+                next_sweep = time.monotonic() + self._sweep_interval
+            self._stopping.wait(0.1)
 
-    def _recover(self) -> None:
-        unfinished = [STATE_NAMES[s] for s in STATE_NAMES if not s.is_terminal]
-        with self._db.connect() as connection:
-            rows = connection.execute(
-                select(_jobs_table).where(_jobs_table.c.state.in_(unfinished))
-            ).all()
+    # --- ownership ----------------------------------------------------------------------------
+
+    def _sweep(self) -> None:
+        """Drop the jobs that are no longer ours; adopt those whose owner is gone."""
         with self._condition:
-            for row in rows:
-                submission = decode_job_submission(bytes(row.task_graph), bytes(row.inputs))
-                state = _STATES_BY_NAME[row.state]
-                job = _build_job(row.id, submission.task_graph, list(submission.inputs), state)
-                self._jobs[job.id] = job
-                if state is JobState.RUNNING:
-                    self._release_input_tasks(job)  # from the start, as Spider does
-                elif state is JobState.COMMIT_READY and job.commit is not None:
-                    job.graph_outputs = decode_job_outputs(bytes(row.outputs))
-                    job.commit.state = _TaskState.READY
-                    self._enqueue(job.id, COMMIT, termination=True)
-                elif state is JobState.CLEANUP_READY and job.cleanup is not None:
-                    job.cleanup.state = _TaskState.READY
-                    self._enqueue(job.id, CLEANUP, termination=True)
-                _log.info("spider job %d recovered in %s", job.id, row.state)
+            mine = {
+                job_id: (job, job.state)
+                for job_id, job in self._jobs.items()
+                if not job.state.is_terminal
+            }
+        if mine:
+            with self._db.connect() as connection:
+                stored = {
+                    row.id: row
+                    for row in connection.execute(
+                        select(_jobs_table.c.id, _jobs_table.c.owner, _jobs_table.c.state).where(
+                            _jobs_table.c.id.in_(list(mine))
+                        )
+                    )
+                }
+            with self._condition:
+                for job_id, (job, state) in mine.items():
+                    row = stored.get(job_id)
+                    if self._jobs.get(job_id) is not job or job.state is not state:
+                        continue  # changed meanwhile (by this engine): looked at next time
+                    if row is None or row.owner != self.token or row.state != STATE_NAMES[state]:
+                        self._drop(job)
+        if self._closed:
+            return
+        for orphan in self._orphans():
+            with self._condition:
+                if orphan.id not in self._jobs and not self._closed:
+                    self._adopt(orphan)
+
+    def _gone_owner(self, now: Any) -> Any:
+        """SQL: the job's owner is gone (module docstring)."""
+        assert self._presence is not None
+        owners = live_tokens(now) if self._presence.sees_the_living() else known_tokens()
+        return or_(_jobs_table.c.owner.is_(None), _jobs_table.c.owner.not_in(owners))
+
+    def _orphans(self) -> list[Row[Any]]:
+        """Unfinished jobs of gone owners that no other coordinator's live compression job names."""
+        now = utc_now()
+        leased_elsewhere = exists().where(
+            _compression_jobs.c.spider_id == _jobs_table.c.id,
+            _compression_jobs.c.status.in_(list(IN_FLIGHT_STATUS_VALUES)),
+            _compression_jobs.c.lease_owner.is_not(None),
+            *(
+                [_compression_jobs.c.lease_owner != self._coordinator_name]
+                if self._coordinator_name is not None
+                else []
+            ),
+        )
+        with self._db.connect() as connection:
+            return list(
+                connection.execute(
+                    select(_jobs_table)
+                    .where(
+                        _jobs_table.c.state.in_(_UNFINISHED),
+                        or_(_jobs_table.c.owner.is_(None), _jobs_table.c.owner != self.token),
+                        self._gone_owner(now),
+                        ~leased_elsewhere,
+                    )
+                    .order_by(_jobs_table.c.id)
+                    .limit(_ADOPT_BATCH)
+                ).all()
+            )
+
+    def _local(self, job_id: int) -> _Job | None:
+        """The job in memory, or adopted now when its owner is gone; ``None`` otherwise.
+
+        Holds the condition. Raises the database's errors (nothing changed).
+        """
+        job = self._jobs.get(job_id)
+        if job is not None or self._closed:
+            return job
+        with self._db.connect() as connection:
+            row = connection.execute(
+                select(_jobs_table).where(
+                    _jobs_table.c.id == job_id,
+                    _jobs_table.c.state.in_(_UNFINISHED),
+                    self._gone_owner(utc_now()),
+                )
+            ).first()
+        return self._adopt(row) if row is not None else None
+
+    def _take_ready(self, job_id: int) -> _Job | None:
+        """A ``Ready`` job of another engine, handed over to this one (it runs nothing yet)."""
+        with self._db.begin() as connection:
+            row = connection.execute(
+                select(_jobs_table).where(
+                    _jobs_table.c.id == job_id,
+                    _jobs_table.c.state == STATE_NAMES[JobState.READY],
+                )
+            ).first()
+        return self._adopt(row) if row is not None else None
+
+    def _adopt(self, row: Row[Any]) -> _Job | None:
+        """Take the job of ``row`` over (compare-and-set of its owner) and run it as after a
+        restart; ``None`` when another engine was faster. Holds the condition."""
+        old_owner = (
+            _jobs_table.c.owner.is_(None)
+            if row.owner is None
+            else (_jobs_table.c.owner == row.owner)
+        )
+        taken = self._write(
+            update(_jobs_table)
+            .where(_jobs_table.c.id == row.id, _jobs_table.c.state == row.state, old_owner)
+            .values(owner=self.token),
+            retry=False,
+            doing=f"adopting job {row.id}",
+        )
+        if taken != 1:
+            return None
+        submission = decode_job_submission(bytes(row.task_graph), bytes(row.inputs))
+        state = _STATES_BY_NAME[row.state]
+        job = _build_job(row.id, submission.task_graph, list(submission.inputs), state)
+        self._jobs[job.id] = job
+        if state is JobState.RUNNING:
+            self._release_input_tasks(job)  # from the start, as Spider does
+        elif state is JobState.COMMIT_READY and job.commit is not None:
+            job.graph_outputs = decode_job_outputs(bytes(row.outputs))
+            job.commit.state = _TaskState.READY
+            self._enqueue(job.id, COMMIT, termination=True)
+        elif state is JobState.CLEANUP_READY and job.cleanup is not None:
+            job.cleanup.state = _TaskState.READY
+            self._enqueue(job.id, CLEANUP, termination=True)
+        _log.info(
+            "spider job %d adopted in %s (owner was %s)",
+            job.id,
+            row.state,
+            row.owner or "none",
+        )
+        return job
+
+    def _drop(self, job: _Job) -> None:
+        """Forget a job that is no longer this engine's (holds the condition)."""
+        if self._jobs.get(job.id) is job:
+            del self._jobs[job.id]
+            _log.warning(
+                "spider job %d is no longer this engine's (adopted or cancelled elsewhere); "
+                "dropped",
+                job.id,
+            )
+
+
+def _check_cancellable(state: JobState, *, has_cleanup: bool) -> None:
+    """Spider's refusals of a cancel (module docstring)."""
+    if state.is_terminal or state is JobState.CLEANUP_READY:
+        raise ServerError(INTERNAL_ERROR)
+    if state is JobState.COMMIT_READY and not has_cleanup:
+        raise ServerError(
+            f"{INTERNAL_ERROR}: a CommitReady job without a cleanup task cannot be "
+            "cancelled (Spider's storage server would shut down)"
+        )
+    if state is JobState.READY and has_cleanup:
+        raise ServerError(
+            f"{INTERNAL_ERROR}: a Ready job with a cleanup task cannot be cancelled "
+            "(Spider's storage server would shut down)"
+        )
 
 
 def _next_job_id(connection: Connection) -> int:

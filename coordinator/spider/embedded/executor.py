@@ -3,16 +3,21 @@
 ``python -m coordinator.spider.embedded.executor --package NAME=module:factory …`` reads framed
 requests on stdin and writes framed replies on stdout (``protocol``). Task code may print: the
 process's stdout is redirected to stderr, and replies go to a private copy of the original stdout.
-The worker's settings come from ``$COORDINATOR_WORKER_SETTINGS`` (``WorkerSettings``).
+The worker's settings come from ``$COORDINATOR_WORKER_SETTINGS`` (``WorkerSettings``). With
+``--parent-pid`` it dies with that process (``die_with_parent``): a SIGKILLed coordinator leaves no
+executor behind holding database connections.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -94,11 +99,42 @@ def _misbehave(fault: dict[str, Any]) -> None:
         os._exit(CRASH_EXIT_STATUS)
 
 
+PARENT_POLL_SECS = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Exit (SIGKILL) as soon as the process hosting the engine is gone, even mid-task.
+
+    On Linux the kernel does it (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); everywhere, a daemon
+    thread also watches the parent pid (the parent may have died before the ``prctl``, and a task
+    blocked in C code still dies of the signal).
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            _log.warning("prctl(PR_SET_PDEATHSIG) unavailable; watching the parent pid only")
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_SECS)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Serve requests until stdin closes."""
+    """Serve requests until stdin closes (or the parent dies)."""
     parser = argparse.ArgumentParser(prog="coordinator-executor")
     parser.add_argument("--package", action="append", default=[], metavar="NAME=module:factory")
+    parser.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.parent_pid is not None:
+        die_with_parent(args.parent_pid)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     packages = {package.name: package for package in map(load_package, args.package)}
     replies: IO[bytes] = os.fdopen(os.dup(1), "wb")

@@ -3,12 +3,14 @@
 As Spider's execution manager does (``spider-contract.md`` §3.2, §4): take an assignment, send it
 to the executor, wait at most the hard timeout, then report the outcome. On a hard timeout the
 executor is killed (SIGKILL) and respawned; a crashed executor is respawned too, so a task cannot
-take the engine down.
+take the engine down. An executor dies with the process hosting the engine (``--parent-pid``: see
+``executor``), and a manager thread never dies of an error (it logs it and carries on).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import threading
 import time
@@ -73,14 +75,21 @@ class ExecutionManager(threading.Thread):
             except (ExecutorGone, OSError):
                 self._discard(kill=True)  # the first assignment starts another one
             while not self._stopping.is_set():
-                assignment = self._next_assignment(0.2)
-                if assignment is None:
-                    continue
-                reply = self._execute(assignment)
-                if not self._stopping.is_set():
-                    self._report(assignment, reply)
+                try:
+                    self._run_one()
+                except Exception:  # never die: the engine would lose a worker for good
+                    _log.exception("%s: unexpected error; carrying on", self.name)
+                    self._stopping.wait(1.0)
         finally:
             self._discard()
+
+    def _run_one(self) -> None:
+        assignment = self._next_assignment(0.2)
+        if assignment is None:
+            return
+        reply = self._execute(assignment)
+        if not self._stopping.is_set():
+            self._report(assignment, reply)
 
     def stop(self) -> None:
         """Stop taking work and kill the executor (its running instance dies with it).
@@ -114,7 +123,7 @@ class ExecutionManager(threading.Thread):
         """
         if self._process is None:
             process = subprocess.Popen(
-                self._command,
+                [*self._command, "--parent-pid", str(os.getpid())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=self._environment,
