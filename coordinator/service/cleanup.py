@@ -13,37 +13,76 @@ CLP's legacy scheduler), its archives are settled by ``settle_archives``:
   their locations for ``coordinator show``). Archives that are not published (a retried or
   duplicate task instance's) are removed.
 
+Records are an outbox (``coordinator.store.stored_archives``): a task inserts a record in state
+``storing`` before its archive exists, so a record may name a file that was never (or only
+partly) written; removing such a location is harmless (a missing file or object is no error, and
+an interrupted copy's temporary file goes with it). Before removing a file, settling claims its
+record (``removing``), so an instance still storing it sees that and removes the file itself
+rather than marking it stored. The file is removed before its record is deleted; a file that
+cannot be removed keeps its record and is retried. The published archives of a Succeeded job get
+the state ``published``, and are never looked at again.
+
 Instances of a finished Spider job may still be running and storing, so a periodic sweep settles,
 once their records are older than a grace period, every Failed or Killed job that still has
-records (settling removes them all, so the job drops out) and every Succeeded job with records
-stored after its commit (the commit publishes only what was stored before it, so these are
-unpublished). A file that cannot be removed keeps its record and is retried.
+records (settling removes them all, so the job drops out) and every Succeeded job with records not
+yet settled (whatever their state but ``published``: a duplicate, retried, killed or late
+instance's).
+
+**Reconciliation** (``reconcile_archive_storage``, run by the service every
+``RECONCILE_INTERVAL_SECS`` and by ``coordinator archives``) lists the archive storage (the fs
+directory's ``<dataset>/<name>`` entries, or the keys under the S3 key prefix) and reports every
+entry that has no record and is not published in its dataset's ``clp_{dataset}_archives``: one log
+line with the count and the first few. It never deletes them: the storage is shared with CLP
+(archives its legacy scheduler or the Rust coordinator wrote, and files whose metadata CLP's
+garbage collector or ``archive_manager.py del`` has just deleted look exactly the same), and since
+the outbox every archive of this coordinator has a record before it exists, so an entry without a
+record is, by construction, not one this version stored. An operator decides (``coordinator
+archives`` lists them).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import PurePosixPath
 from typing import cast
 
-from sqlalchemy import Engine, Table, and_, or_, select
+from sqlalchemy import Engine, Table, and_, inspect, or_, select
 
 from coordinator.lifecycle import TERMINAL_STATUSES, JobStatus, state_of
 from coordinator.store.archives import published_archives_of_job, withdraw_archives
+from coordinator.store.datasets import archives_table
+from coordinator.store.names import InvalidDatasetName
 from coordinator.store.schema import CompressionJob, StoredArchive
 from coordinator.store.stored_archives import (
+    PUBLISHED,
+    STORED,
     attribute_unambiguous_records,
-    forget_job_archives,
+    claim_for_removal,
+    forget_records,
+    mark_published,
+    recorded_locations,
     stored_archives_of_job,
 )
-from coordinator.tasks.archive_storage import remove_archive
-from coordinator.tasks.context import ArchiveOutputSettings
+from coordinator.tasks.archive_storage import (
+    TEMPORARY_SUFFIX,
+    archive_exists,
+    list_archive_locations,
+    remove_archive,
+)
+from coordinator.tasks.context import ArchiveOutputSettings, FsArchiveOutput
 
 _log = logging.getLogger(__name__)
 _jobs = cast(Table, CompressionJob.__table__)
 _stored = cast(Table, StoredArchive.__table__)
 _TERMINAL_VALUES = sorted(int(status) for status in TERMINAL_STATUSES)
+RECONCILE_INTERVAL_SECS = 3600.0
+"""How often the service lists the archive storage for files without a record."""
+REPORTED_LOCATIONS = 5
+"""How many unrecorded locations the summary line names."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +99,7 @@ def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) 
     """Settle the archives of job ``job_id`` if it is terminal (see the module); else nothing.
 
     Raises the driver's errors (the sweep retries); a file that cannot be removed is logged and
-    keeps its record.
+    keeps its record (``removing``).
     """
     with engine.begin() as connection:
         row = connection.execute(
@@ -77,11 +116,29 @@ def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) 
         if state is not JobStatus.SUCCEEDED and row.spider_id is not None:
             withdrawn = withdraw_archives(connection, job_id, int(row.spider_id))
         records = stored_archives_of_job(connection, job_id)
-        published = {
-            archive_id
-            for ids in published_archives_of_job(connection, job_id, row.spider_id).values()
-            for archive_id in ids
-        }
+        published: set[tuple[str, str]] = set()
+        if state is JobStatus.SUCCEEDED:
+            published = {
+                (dataset, archive_id)
+                for dataset, ids in published_archives_of_job(
+                    connection, job_id, row.spider_id
+                ).items()
+                for archive_id in ids
+            }
+        kept = [r for r in records if (r.dataset, r.archive_id) in published]
+        to_remove = [r for r in records if (r.dataset, r.archive_id) not in published]
+        mark_published(connection, [r.id for r in kept if r.id is not None and r.state == STORED])
+        # Claimed in this transaction, before any file is touched: an instance still storing one
+        # of them can no longer mark it stored, and removes it itself.
+        claim_for_removal(connection, [r.id for r in to_remove if r.id is not None])
+    unexpected = [r.location for r in kept if r.state not in (STORED, PUBLISHED)]
+    if unexpected:
+        _log.warning(
+            "job %d: %d published archive(s) whose record is not stored, left as they are: %s",
+            job_id,
+            len(unexpected),
+            ", ".join(unexpected[:REPORTED_LOCATIONS]),
+        )
     if withdrawn:
         _log.warning(
             "job %d ended %s by another writer after its commit: withdrew %d published archive(s)",
@@ -89,28 +146,28 @@ def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) 
             state.label,
             len(withdrawn),
         )
-    removed: list[str] = []
-    for record in records:
-        if record.archive_id in published:
-            continue
+    removed: list[int] = []
+    for record in to_remove:
         try:
             remove_archive(output, record.location)
         except Exception:
             _log.exception("cannot remove archive %s; it stays recorded", record.location)
             continue
-        removed.append(record.location)
+        if record.id is not None:
+            removed.append(record.id)
     if removed:
         with engine.begin() as connection:
-            forget_job_archives(connection, job_id, removed)
+            forget_records(connection, removed)
     return Settled(withdrawn=len(withdrawn), removed=len(removed))
 
 
 def terminal_jobs_with_stored_archives(engine: Engine, stored_before: datetime) -> list[int]:
     """Terminal jobs with archive records to settle, stored before ``stored_before``.
 
-    Failed or Killed jobs with any record, Succeeded jobs with records stored after their commit.
-    Records the compress task could not attribute are attributed first, where exactly one job
-    records their Spider job id.
+    Failed or Killed jobs with any record; Succeeded jobs with a record not yet settled (any state
+    but ``published``: stored or being stored by a duplicate, retried, killed or late instance,
+    before or after the commit). Records the compress task could not attribute are attributed
+    first, where exactly one job records their Spider job id.
     """
     ended_badly = [int(JobStatus.FAILED), int(JobStatus.KILLED)]
     with engine.begin() as connection:
@@ -125,11 +182,128 @@ def terminal_jobs_with_stored_archives(engine: Engine, stored_before: datetime) 
                     _jobs.c.status.in_(ended_badly),
                     and_(
                         _jobs.c.status == int(JobStatus.SUCCEEDED),
-                        _jobs.c.committed_at.is_not(None),
-                        _stored.c.stored_at > _jobs.c.committed_at,
+                        _stored.c.state != PUBLISHED,
                     ),
                 ),
             )
             .order_by(_jobs.c.id)
         ).scalars()
         return list(rows)
+
+
+# --- reconciliation ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What ``reconcile_archive_storage`` found in the archive storage."""
+
+    storage: str
+    """The fs directory or ``s3://bucket/prefix`` that was listed."""
+    listed: int = 0
+    """Archive entries listed."""
+    recorded: int = 0
+    """Entries with a record (any state), temporary files of recorded archives included."""
+    published: int = 0
+    """Entries without a record that ``clp_{dataset}_archives`` lists (CLP's own, typically)."""
+    unrecorded: list[str] = field(default_factory=list)
+    """Entries with no record that no dataset publishes, and that still exist: reported only."""
+
+    def summary(self) -> str:
+        """One line for the log or the terminal."""
+        entries = "entry" if self.listed == 1 else "entries"
+        line = (
+            f"archive storage {self.storage}: {self.listed} {entries}, {self.recorded} recorded, "
+            f"{self.published} published without a record, "
+            f"{len(self.unrecorded)} without a record"
+        )
+        if self.unrecorded:
+            shown = ", ".join(self.unrecorded[:REPORTED_LOCATIONS])
+            more = len(self.unrecorded) - REPORTED_LOCATIONS
+            line += f": {shown}{f' and {more} more' if more > 0 else ''}"
+            line += " (never removed automatically; see coordinator archives)"
+        return line
+
+
+def reconcile_archive_storage(engine: Engine, output: ArchiveOutputSettings) -> Reconciliation:
+    """List the archive storage and report the entries without a record (see the module).
+
+    The listing is taken first and the records read after it: since a record exists before its
+    archive does, an archive of this coordinator listed here has its record already, unless
+    clean-up removed both in between, which the final existence check tells apart. Raises
+    ``OSError``/``TaskError`` when the storage cannot be listed, or the driver's errors.
+    """
+    storage = (
+        os.path.abspath(output.directory)
+        if isinstance(output, FsArchiveOutput)
+        else f"s3://{output.bucket}/{output.key_prefix}"
+    )
+    listed = list(list_archive_locations(output))
+    known = recorded_locations(engine)
+    recorded = [location for location in listed if _recorded(location, known)]
+    candidates = [location for location in listed if not _recorded(location, known)]
+    published = _published(engine, candidates)
+    unrecorded = [
+        location
+        for location in candidates
+        if location not in published and archive_exists(output, location)
+    ]
+    return Reconciliation(
+        storage=storage,
+        listed=len(listed),
+        recorded=len(recorded),
+        published=len(published),
+        unrecorded=unrecorded,
+    )
+
+
+def log_reconciliation(engine: Engine, output: ArchiveOutputSettings) -> Reconciliation | None:
+    """``reconcile_archive_storage``, summarised in one log line (a warning when it found any).
+
+    A failure is logged, never raised: the service carries on.
+    """
+    try:
+        found = reconcile_archive_storage(engine, output)
+    except Exception:
+        _log.exception("cannot reconcile the archive storage with the archive records")
+        return None
+    _log.log(logging.WARNING if found.unrecorded else logging.INFO, "%s", found.summary())
+    return found
+
+
+def _recorded(location: str, known: set[str]) -> bool:
+    if location in known:
+        return True
+    # A temporary file of an interrupted copy: ".<archive id>.tmp" beside the archive.
+    path = PurePosixPath(location)
+    name = path.name
+    if name.startswith(".") and name.endswith(TEMPORARY_SUFFIX):
+        archive = str(path.with_name(name[1 : -len(TEMPORARY_SUFFIX)]))
+        if location.startswith("s3://"):
+            archive = "s3://" + archive.removeprefix("s3:/")
+        return archive in known
+    return False
+
+
+def _published(engine: Engine, locations: Iterable[str]) -> set[str]:
+    """Those of ``locations`` whose archive id its dataset's ``clp_{dataset}_archives`` lists."""
+    by_dataset: dict[str, dict[str, str]] = {}
+    for location in locations:
+        path = PurePosixPath(location)
+        by_dataset.setdefault(path.parent.name, {})[path.name] = location
+    published: set[str] = set()
+    with engine.connect() as connection:
+        for dataset, ids in by_dataset.items():
+            try:
+                table = archives_table(dataset)
+            except InvalidDatasetName:
+                continue
+            if not inspect(connection).has_table(table.name):
+                continue
+            names = list(ids)
+            for start in range(0, len(names), 1000):
+                found = connection.execute(
+                    select(table.c.id).where(table.c.id.in_(names[start : start + 1000]))
+                ).scalars()
+                published.update(ids[archive_id] for archive_id in found)
+    return published

@@ -201,11 +201,13 @@ class SpiderResourceGroup(Base):
 
 
 class StoredArchive(Base):
-    """An archive a compress task instance stored, published or not.
+    """An archive a compress task instance stores or stored, published or not (an outbox).
 
-    Written by the task right after it stores the archive, so that the archives of a job that never
-    commits (failed, cancelled, rolled back, or a retried instance's) can always be found and
-    removed. ``location`` is a file path or ``s3://bucket/key``.
+    Written by the task **before** it stores the archive (``state`` ``storing``, the location is
+    deterministic) and marked ``stored`` after, so that every archive file of a job that never
+    commits (failed, cancelled, rolled back, a retried, killed or late instance's) can always be
+    found and removed (``coordinator.store.stored_archives``). ``location`` is a file path or
+    ``s3://bucket/key``.
     """
 
     __tablename__ = names.STORED_ARCHIVES
@@ -227,6 +229,8 @@ class StoredArchive(Base):
     stored_at: Mapped[datetime] = mapped_column(Millis)
     job_id: Mapped[int | None] = mapped_column(Integer)
     """The compression job it was stored for (migration 0004; older records may lack it)."""
+    state: Mapped[str] = mapped_column(String(16), server_default="stored")
+    """``storing``, ``stored``, ``published`` or ``removing`` (migration 0007)."""
 
 
 class EngineResourceGroup(Base):

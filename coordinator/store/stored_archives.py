@@ -1,8 +1,25 @@
-"""Records of the archives compress tasks stored (``compression_stored_archives``).
+"""Records of the archives compress tasks store (``compression_stored_archives``): an outbox.
 
-A compress task records each archive right after storing it and before it reports success; a
-failed attempt removes its archives and their records. Whatever is left for a job that never
-committed (or whose commit was rolled back) is what a rollback or clean-up must remove.
+Every archive file a task instance stores has a record **before** it exists, so no kill at any
+point can leave a file nobody knows about. A record's ``state``:
+
+``storing``
+    inserted by the compress task before the upload or copy starts, with the archive's
+    deterministic location (``coordinator.tasks.archive_storage.archive_location``); the file may
+    or may not exist (the instance may have been killed before, during or after storing it).
+``stored``
+    the task marked it after the archive was stored (``mark_stored``, only from ``storing``).
+``removing``
+    clean-up claimed it (``claim_for_removal``) and is removing the file; once the file is gone
+    the record is deleted. An instance still storing finds its record no longer ``storing`` and
+    removes what it stored itself.
+``published``
+    clean-up settled a Succeeded job and this is one of its published archives: kept for good
+    (CLP's retention owns the file), never removed by the coordinator.
+
+A failed attempt removes its archives and deletes their records itself. Whatever is left for a
+job that never committed (or whose commit was rolled back), and whatever a Succeeded job did not
+publish, is what clean-up (``coordinator.service.cleanup``) removes.
 
 A record names the compression job it was stored for (``job_id``): the compress task resolves it
 from its Spider job id when exactly one in-flight job records that id, and the commit attributes
@@ -13,16 +30,24 @@ another job's archives, even one that shares a Spider job id after a reset of Sp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, delete, func, insert, select, update
+from sqlalchemy.engine import Engine
 
 from coordinator.store.schema import CompressionJob, StoredArchive
 
 _stored = cast(Table, StoredArchive.__table__)
 _jobs = cast(Table, CompressionJob.__table__)
+
+STORING = "storing"
+STORED = "stored"
+REMOVING = "removing"
+PUBLISHED = "published"
+STATES = (STORING, STORED, REMOVING, PUBLISHED)
+_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -39,11 +64,91 @@ class StoredArchiveRecord:
     stored_at: datetime
     job_id: int | None = None
     """The compression job it was stored for; ``None`` only on records older than migration 0004."""
+    state: str = STORED
+    """Where the archive is in the outbox (see the module)."""
+    id: int | None = None
+    """The record's key (set on records read from the database)."""
 
 
-def record_stored_archive(connection: Connection, record: StoredArchiveRecord) -> None:
-    """Insert ``record`` in the caller's transaction; raises the driver's errors."""
-    connection.execute(insert(_stored).values(**record.__dict__))
+def _values(record: StoredArchiveRecord) -> dict[str, object]:
+    return {k: v for k, v in record.__dict__.items() if k != "id"}
+
+
+def record_stored_archive(connection: Connection, record: StoredArchiveRecord) -> int:
+    """Insert ``record`` in the caller's transaction; its id. Raises the driver's errors."""
+    key = connection.execute(insert(_stored).values(**_values(record))).inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def begin_storing(connection: Connection, record: StoredArchiveRecord) -> int:
+    """Insert ``record`` in state ``storing`` (before the archive is stored); its id."""
+    return record_stored_archive(connection, replace(record, state=STORING, id=None))
+
+
+def mark_stored(connection: Connection, record_id: int, stored_at: datetime) -> bool:
+    """``storing`` → ``stored``; ``False`` when clean-up claimed (or deleted) the record meanwhile.
+
+    Then the archive must not stay: the caller removes it (and its record).
+    """
+    result = connection.execute(
+        update(_stored)
+        .where(_stored.c.id == record_id, _stored.c.state == STORING)
+        .values(state=STORED, stored_at=stored_at)
+    )
+    return int(result.rowcount) == 1
+
+
+def claim_for_removal(connection: Connection, record_ids: Sequence[int]) -> None:
+    """Mark the records ``removing`` (clean-up is about to remove their files)."""
+    for start in range(0, len(record_ids), _BATCH):
+        connection.execute(
+            update(_stored)
+            .where(_stored.c.id.in_(list(record_ids[start : start + _BATCH])))
+            .values(state=REMOVING)
+        )
+
+
+def mark_published(connection: Connection, record_ids: Sequence[int]) -> None:
+    """``stored`` → ``published``: a Succeeded job's published archives, kept for good."""
+    for start in range(0, len(record_ids), _BATCH):
+        connection.execute(
+            update(_stored)
+            .where(
+                _stored.c.id.in_(list(record_ids[start : start + _BATCH])),
+                _stored.c.state == STORED,
+            )
+            .values(state=PUBLISHED)
+        )
+
+
+def forget_records(connection: Connection, record_ids: Sequence[int]) -> int:
+    """Delete the records (their archives are gone); how many were deleted."""
+    deleted = 0
+    for start in range(0, len(record_ids), _BATCH):
+        result = connection.execute(
+            delete(_stored).where(_stored.c.id.in_(list(record_ids[start : start + _BATCH])))
+        )
+        deleted += int(result.rowcount)
+    return deleted
+
+
+def recorded_locations(engine: Engine) -> set[str]:
+    """The location of every record, whatever its state (read in batches)."""
+    locations: set[str] = set()
+    last = 0
+    while True:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                select(_stored.c.id, _stored.c.location)
+                .where(_stored.c.id > last)
+                .order_by(_stored.c.id)
+                .limit(10_000)
+            ).all()
+        if not rows:
+            return locations
+        locations.update(str(row.location) for row in rows)
+        last = int(rows[-1].id)
 
 
 def stored_archives(connection: Connection, spider_job_id: int) -> list[StoredArchiveRecord]:
@@ -58,7 +163,7 @@ def stored_archives_of_job(connection: Connection, job_id: int) -> list[StoredAr
 
 def _records(connection: Connection, condition: Any) -> list[StoredArchiveRecord]:
     rows = connection.execute(select(_stored).where(condition).order_by(_stored.c.id)).mappings()
-    return [StoredArchiveRecord(**{k: v for k, v in row.items() if k != "id"}) for row in rows]
+    return [StoredArchiveRecord(**row) for row in rows]
 
 
 def attribute_stored_archives(

@@ -9,10 +9,23 @@ Deliberate differences:
 
 * CLP's task refuses an ``fs`` archive output; here it is the embedded default's storage: the
   single-file archive becomes ``<directory>/<dataset>/<archive id>``, moved when the staging
-  directory is on the same file system and copied otherwise, and made visible atomically (fsynced,
-  then renamed into place), so a reader never sees half an archive;
+  directory is on the same file system and copied otherwise, and made visible atomically (written
+  to ``<directory>/<dataset>/.<archive id>.tmp``, fsynced, then renamed into place), so a reader
+  never sees half an archive. The temporary name is deterministic, so that ``remove_archive`` of
+  a location also removes what a killed copy left behind;
+* ``archive_location`` says where an archive **will** be before it is stored, so the compress task
+  can record it first (the durable outbox of ``coordinator.store.stored_archives``);
 * ``remove_archive`` exists for the coordinator's rollback and the task's own clean-up, which CLP
-  does not have (its uploaded objects survive a failed attempt).
+  does not have (its uploaded objects survive a failed attempt);
+* **S3 calls are retried** inside the task, bounded: connection errors, timeouts, HTTP 5xx and
+  throttling get ``S3_ATTEMPTS`` attempts in all, 0.2 s doubling to at most 2 s apart (about 3 s
+  of waiting), then the call fails saying how many attempts were made over how long. botocore's
+  own retries are off for these clients, so the bound is this one. Other errors (a missing
+  bucket, access denied) fail at once;
+* **Errors name their cause**: ``cannot store archive X to /path: no space left on device
+  (errno 28)``, ``… permission denied (errno 13)``, ``cannot upload archive X to s3://b/k: bucket
+  b does not exist (NoSuchBucket)``, ``… access denied (AccessDenied, HTTP 403)``
+  (``describe_os_error``, ``describe_s3_error``).
 
 Both functions take only the output settings, never a task context, so the coordinator can call
 them with the settings it loaded itself. A location is a string: the absolute file path, or
@@ -21,13 +34,16 @@ them with the settings it loaded itself. A location is a string: the absolute fi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
+import logging
 import os
 import shutil
-import uuid
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.task_io import (
     AwsAuthentication,
@@ -41,44 +57,90 @@ ArchiveOutput = FsArchiveOutput | S3ArchiveOutput
 
 DEFAULT_REGION = "us-east-1"
 S3_SCHEME = "s3://"
+S3_ATTEMPTS = 5
+"""Attempts of one S3 call (upload, delete, listing page) before it fails."""
+S3_FIRST_DELAY_SECS = 0.2
+S3_MAX_DELAY_SECS = 2.0
+S3_CONNECT_TIMEOUT_SECS = 5
+S3_READ_TIMEOUT_SECS = 60
+TEMPORARY_SUFFIX = ".tmp"
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_THROTTLING_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "RequestTimeout",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
+
+
+def archive_location(output: ArchiveOutput, dataset: str, archive_id: str) -> str:
+    """Where ``store_archive`` puts archive ``archive_id`` of ``dataset``, before it is stored.
+
+    Fails with ``TaskError`` for a dataset or archive id that is not a plain name.
+    """
+    _check_name("dataset", dataset, archive_id)
+    _check_name("archive id", archive_id, archive_id)
+    if isinstance(output, FsArchiveOutput):
+        return str(_fs_root(output) / dataset / archive_id)
+    return f"{S3_SCHEME}{output.bucket}/{archive_key(output, dataset, archive_id)}"
 
 
 def store_archive(output: ArchiveOutput, local_file: Path, dataset: str, archive_id: str) -> str:
     """Store the single-file archive ``local_file`` as ``archive_id`` of ``dataset``; its location.
 
-    On the file system ``local_file`` is moved (or copied, across file systems) and an existing
-    archive of the same id is replaced. Fails with ``TaskError`` naming the archive and the reason:
+    The location is ``archive_location(output, dataset, archive_id)``. On the file system
+    ``local_file`` is moved (or copied, across file systems) and an existing archive of the same
+    id is replaced. Fails with ``TaskError`` naming the archive, where it was going and the cause:
     a dataset or archive id that is not a plain name, an unreadable ``local_file``, or a failed
-    write or upload (nothing is left at the destination then).
+    write or upload (nothing is left at the destination then, unless the process is killed).
     """
-    _check_name("dataset", dataset, archive_id)
-    _check_name("archive id", archive_id, archive_id)
+    location = archive_location(output, dataset, archive_id)
     if not local_file.is_file():
         raise TaskError(f"cannot store archive {archive_id}: {local_file} is not a file")
     if isinstance(output, FsArchiveOutput):
-        return str(_store_file(output, local_file, dataset, archive_id))
-    return _upload(output, local_file, dataset, archive_id)
+        _store_file(local_file, Path(location), archive_id)
+    else:
+        _upload(output, local_file, location, archive_id)
+    return location
 
 
 def remove_archive(output: ArchiveOutput, location: str) -> None:
     """Delete the archive at ``location``; a missing archive is not an error.
 
-    Fails with ``ValueError`` when ``location`` is not an archive location of ``output`` (another
-    directory, bucket or key prefix), and with ``TaskError`` when the delete itself fails.
+    On the file system the temporary file of an interrupted copy goes too. Fails with
+    ``ValueError`` when ``location`` is not an archive location of ``output`` (another directory,
+    bucket or key prefix), and with ``TaskError`` when the delete itself fails (S3: after the
+    bounded retries).
     """
     if isinstance(output, FsArchiveOutput):
         path = _fs_location(output, location)
         try:
             path.unlink(missing_ok=True)
+            _temporary_path(path).unlink(missing_ok=True)
         except OSError as error:
-            raise TaskError(f"cannot remove archive {location}: {error}") from error
+            raise TaskError(
+                f"cannot remove archive {location}: {describe_os_error(error)}"
+            ) from error
         return
     key = _s3_location_key(output, location)
+    client = _s3_client(output)
     try:
         # S3 answers 204 for a key that does not exist, which makes this idempotent.
-        _s3_client(output).delete_object(Bucket=output.bucket, Key=key)
+        with_s3_retries(lambda: client.delete_object(Bucket=output.bucket, Key=key))
     except _boto_errors() as error:
-        raise TaskError(f"cannot remove archive {location}: {error}") from error
+        raise TaskError(
+            f"cannot remove archive {location}: {describe_s3_error(error, output.bucket)}"
+        ) from error
 
 
 def archive_key(output: S3ArchiveOutput, dataset: str, archive_id: str) -> str:
@@ -89,10 +151,158 @@ def archive_key(output: S3ArchiveOutput, dataset: str, archive_id: str) -> str:
     return f"{_key_prefix(output)}{dataset}/{archive_id}"
 
 
+def list_archive_locations(output: ArchiveOutput) -> Iterator[str]:
+    """Every archive-shaped entry of the output: ``<dataset>/<name>`` under the directory or prefix.
+
+    On the file system, files and directories two levels down (a directory is an archive CLP wrote
+    without ``--single-file-archive``), temporary files of interrupted copies included; on S3, the
+    keys ``<key_prefix><dataset>/<name>``. Raises ``OSError`` or ``TaskError`` (S3, after the
+    bounded retries) when the listing fails.
+    """
+    if isinstance(output, FsArchiveOutput):
+        root = _fs_root(output)
+        if not root.is_dir():
+            return
+        for dataset in sorted(root.iterdir()):
+            if dataset.is_dir() and not dataset.is_symlink():
+                for entry in sorted(dataset.iterdir()):
+                    yield str(entry)
+        return
+    client = _s3_client(output)
+    prefix = _key_prefix(output)
+    arguments = {"Bucket": output.bucket, "Prefix": prefix}
+    while True:
+        try:
+            page = with_s3_retries(lambda: client.list_objects_v2(**arguments))
+        except _boto_errors() as error:
+            raise TaskError(
+                f"cannot list the archives of s3://{output.bucket}/{prefix}: "
+                f"{describe_s3_error(error, output.bucket)}"
+            ) from error
+        for entry in page.get("Contents", []):
+            rest = str(entry["Key"]).removeprefix(prefix).split("/")
+            if len(rest) == 2 and all(rest):
+                yield f"{S3_SCHEME}{output.bucket}/{entry['Key']}"
+        if not page.get("IsTruncated"):
+            return
+        arguments["ContinuationToken"] = page["NextContinuationToken"]
+
+
+def archive_exists(output: ArchiveOutput, location: str) -> bool:
+    """Whether ``location`` (a file, directory or object of the output) exists now."""
+    if isinstance(output, FsArchiveOutput):
+        return os.path.lexists(location)
+    if not location.startswith(f"{S3_SCHEME}{output.bucket}/"):
+        return False
+    key = location.removeprefix(f"{S3_SCHEME}{output.bucket}/")
+    client = _s3_client(output)
+    try:
+        with_s3_retries(lambda: client.head_object(Bucket=output.bucket, Key=key))
+    except _boto_errors() as error:
+        if _s3_status(error) == 404:
+            return False
+        raise TaskError(
+            f"cannot look at {location}: {describe_s3_error(error, output.bucket)}"
+        ) from error
+    return True
+
+
+def temporary_archive_name(archive_id: str) -> str:
+    """The file name an archive has while it is copied into the fs output."""
+    return f".{archive_id}{TEMPORARY_SUFFIX}"
+
+
 def _check_name(what: str, name: str, archive_id: str) -> None:
     # Both become path components (or key segments); anything else could land outside the output.
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
         raise TaskError(f"cannot store archive {archive_id!r}: {what} {name!r} is not a plain name")
+
+
+# --- what went wrong ---------------------------------------------------------------------------
+
+
+def describe_os_error(error: OSError) -> str:
+    """``no space left on device (errno 28)``: the cause of a failed file operation, by errno."""
+    if error.errno is None:
+        return str(error)
+    reason = os.strerror(error.errno)
+    reason = reason[:1].lower() + reason[1:]
+    return f"{reason} (errno {error.errno})"
+
+
+def describe_s3_error(error: Exception, bucket: str) -> str:
+    """The cause of a failed S3 call: S3's error code and HTTP status, or the connection error."""
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        details = response.get("Error", {})
+        code = str(details.get("Code", "")) or "unknown error"
+        status = _s3_status(error)
+        message = str(details.get("Message", "")).rstrip(".")
+        where = f"{code}, HTTP {status}" if status else code
+        if code == "NoSuchBucket":
+            return f"bucket {bucket} does not exist ({where})"
+        if code == "AccessDenied" or (status == 403 and code in ("403", "Forbidden")):
+            return f"access denied ({where}){f': {message}' if message else ''}"
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"):
+            return f"the credentials were refused ({where}){f': {message}' if message else ''}"
+        return f"{message or 'S3 refused the request'} ({where})"
+    return str(error)
+
+
+def with_s3_retries(call: Callable[[], _T], *, attempts: int = S3_ATTEMPTS) -> _T:
+    """``call()``, retried on connection errors, timeouts, HTTP 5xx and throttling (bounded).
+
+    Waits 0.2 s doubling to at most 2 s between attempts. The last error is raised with a note
+    saying how many attempts were made over how long; errors that would not change on another
+    attempt are raised at once.
+    """
+    started = time.monotonic()
+    delay = S3_FIRST_DELAY_SECS
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except _boto_errors() as error:
+            if not _is_transient_s3_error(error):
+                raise
+            if attempt == attempts:
+                elapsed = time.monotonic() - started
+                raise _S3Unavailable(
+                    f"S3 still failing after {attempts} attempt(s) over {elapsed:.1f} s: "
+                    f"{describe_s3_error(error, '')}"
+                ) from error
+            _log.warning(
+                "S3 call failed (attempt %d of %d), retrying in %.1f s: %s",
+                attempt,
+                attempts,
+                delay,
+                error,
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, S3_MAX_DELAY_SECS)
+    raise AssertionError("unreachable")
+
+
+class _S3Unavailable(Exception):
+    """A transient S3 error that outlasted the retries (its message says so)."""
+
+
+def _is_transient_s3_error(error: Exception) -> bool:
+    exceptions: Any = importlib.import_module("botocore.exceptions")
+    if isinstance(error, (exceptions.ConnectionError, exceptions.HTTPClientError)):
+        return True
+    if isinstance(error, exceptions.ClientError):
+        status = _s3_status(error)
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        return status >= 500 or status == 429 or code in _THROTTLING_CODES
+    return False
+
+
+def _s3_status(error: Exception) -> int:
+    response = getattr(error, "response", None)
+    if not isinstance(response, dict):
+        return 0
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return int(status) if isinstance(status, int) else 0
 
 
 # --- the file system ---------------------------------------------------------------------------
@@ -102,9 +312,12 @@ def _fs_root(output: FsArchiveOutput) -> Path:
     return Path(os.path.abspath(output.directory))
 
 
-def _store_file(output: FsArchiveOutput, local_file: Path, dataset: str, archive_id: str) -> Path:
-    target = _fs_root(output) / dataset / archive_id
-    temporary = target.with_name(f".{archive_id}.{uuid.uuid4().hex}.tmp")
+def _temporary_path(target: Path) -> Path:
+    return target.with_name(temporary_archive_name(target.name))
+
+
+def _store_file(local_file: Path, target: Path, archive_id: str) -> None:
+    temporary = _temporary_path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _fsync_file(local_file)
@@ -117,13 +330,17 @@ def _store_file(output: FsArchiveOutput, local_file: Path, dataset: str, archive
         os.replace(temporary, target)
         _fsync_directory(target.parent)
     except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise TaskError(f"cannot store archive {archive_id} at {target}: {error}") from error
-    return target
+        # Should this fail, the record still names the archive: clean-up removes it too.
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise TaskError(
+            f"cannot store archive {archive_id} to {target}: {describe_os_error(error)}"
+        ) from error
 
 
 def _copy_durably(source: Path, destination: Path) -> None:
-    with source.open("rb") as reader, destination.open("xb") as writer:
+    # "wb", not "xb": a killed earlier attempt of this very archive may have left the file.
+    with source.open("rb") as reader, destination.open("wb") as writer:
         shutil.copyfileobj(reader, writer, length=1024 * 1024)
         writer.flush()
         os.fsync(writer.fileno())
@@ -164,17 +381,26 @@ def _key_prefix(output: S3ArchiveOutput) -> str:
     return prefix if not prefix or prefix.endswith("/") else f"{prefix}/"
 
 
-def _upload(output: S3ArchiveOutput, local_file: Path, dataset: str, archive_id: str) -> str:
-    key = archive_key(output, dataset, archive_id)
-    location = f"{S3_SCHEME}{output.bucket}/{key}"
-    failures: tuple[type[Exception], ...] = (OSError, *_boto_errors())
-    try:
-        client = _s3_client(output)
+def _upload(output: S3ArchiveOutput, local_file: Path, location: str, archive_id: str) -> None:
+    key = location.removeprefix(f"{S3_SCHEME}{output.bucket}/")
+    client = _s3_client(output)
+
+    def put() -> None:
         with local_file.open("rb") as body:
             client.put_object(Bucket=output.bucket, Key=key, Body=body)
-    except failures as error:
-        raise TaskError(f"cannot upload archive {archive_id} to {location}: {error}") from error
-    return location
+
+    try:
+        with_s3_retries(put)
+    except OSError as error:
+        raise TaskError(
+            f"cannot upload archive {archive_id} to {location}: cannot read {local_file}: "
+            f"{describe_os_error(error)}"
+        ) from error
+    except _boto_errors() as error:
+        raise TaskError(
+            f"cannot upload archive {archive_id} to {location}: "
+            f"{describe_s3_error(error, output.bucket)}"
+        ) from error
 
 
 def _s3_location_key(output: S3ArchiveOutput, location: str) -> str:
@@ -189,21 +415,37 @@ def _s3_location_key(output: S3ArchiveOutput, location: str) -> str:
     return key
 
 
-# boto3 ships no type information; its use stays in these two functions, typed as Any.
+# boto3 ships no type information; its use stays in these functions, typed as Any.
 
 
 def _s3_client(output: S3ArchiveOutput) -> Any:
-    """A boto3 S3 client for the output; fails with ``TaskError`` for unusable credentials."""
-    return s3_client(output.endpoint_url, output.region_code, output.aws_authentication)
+    """A boto3 S3 client for the output (botocore's retries off: ``with_s3_retries`` bounds them);
+    fails with ``TaskError`` for unusable credentials."""
+    return s3_client(
+        output.endpoint_url, output.region_code, output.aws_authentication, max_attempts=1
+    )
 
 
 def s3_client(
-    endpoint_url: str | None, region_code: str | None, authentication: AwsAuthentication
+    endpoint_url: str | None,
+    region_code: str | None,
+    authentication: AwsAuthentication,
+    *,
+    max_attempts: int | None = None,
 ) -> Any:
-    """A path-style boto3 S3 client with CLP's authentication; ``TaskError`` for unusable ones."""
+    """A path-style boto3 S3 client with CLP's authentication; ``TaskError`` for unusable ones.
+
+    ``max_attempts`` caps botocore's own attempts per call (``None``: its standard mode's 3).
+    """
     boto3: Any = importlib.import_module("boto3")
+    retries: dict[str, Any] = {"mode": "standard"}
+    if max_attempts is not None:
+        retries["total_max_attempts"] = max_attempts
     config: Any = importlib.import_module("botocore.config").Config(
-        s3={"addressing_style": "path"}, retries={"mode": "standard"}
+        s3={"addressing_style": "path"},
+        retries=retries,
+        connect_timeout=S3_CONNECT_TIMEOUT_SECS,
+        read_timeout=S3_READ_TIMEOUT_SECS,
     )
     session = boto3.session.Session(**_session_arguments(authentication))
     return session.client(
@@ -216,7 +458,7 @@ def s3_client(
 
 def _boto_errors() -> tuple[type[Exception], ...]:
     exceptions: Any = importlib.import_module("botocore.exceptions")
-    return (exceptions.BotoCoreError, exceptions.ClientError)
+    return (exceptions.BotoCoreError, exceptions.ClientError, _S3Unavailable)
 
 
 def _session_arguments(authentication: AwsAuthentication) -> dict[str, str]:

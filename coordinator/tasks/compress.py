@@ -35,11 +35,19 @@ Deliberate differences:
   A failing clp-s still prints a stats line for the junk archive it leaves behind (exit 1, a few
   hundred bytes, even real timestamps), so here nothing is stored until clp-s has exited 0; then the
   archives are stored one after another.
-* **Records and roll-back.** Each stored archive is recorded at once in
-  ``compression_stored_archives`` (its own committed transaction); if anything fails after
-  something was stored, this attempt removes every archive it stored and deletes their records
-  before failing (CLP leaves its uploads behind). An archive that cannot be removed keeps its
-  record, so the coordinator's clean-up finds it.
+* **Records first (an outbox), and roll-back.** Each archive is recorded in
+  ``compression_stored_archives`` in state ``storing``, with its deterministic location, in its
+  own committed transaction **before** it is uploaded or copied, and marked ``stored`` after; so a
+  kill at any point leaves a record for every file (``coordinator.store.stored_archives``). If
+  the coordinator's clean-up claimed the record meanwhile (the job ended), the attempt fails and
+  removes the archive. If anything fails after a record was written, this attempt removes every
+  archive it recorded (stored or not) and deletes their records before failing (CLP leaves its
+  uploads behind). An archive that cannot be removed keeps its record, so the coordinator's
+  clean-up finds it.
+* **Storage errors name their cause**: ``no space left on device (errno 28)``, ``permission
+  denied (errno 13)``, a missing bucket, access denied (``coordinator.tasks.archive_storage``),
+  for the staging directory as for the archive output; clp-s reports a failed write only as
+  ``Error code: 4``, so a clp-s failure with a (nearly) full staging file system says so.
 * **An ``fs`` archive output** is accepted (CLP's task requires S3).
 * **No column metadata.** CLP runs ``indexer`` per archive to fill
   ``clp_{dataset}_column_metadata``; ``yscope-clp-core`` does not ship it, so that step is skipped:
@@ -57,6 +65,7 @@ Deliberate differences:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -82,8 +91,9 @@ from coordinator.store.clock import utc_now
 from coordinator.store.jobs import SpiderJobUnmatched, in_flight_job_of
 from coordinator.store.stored_archives import (
     StoredArchiveRecord,
-    forget_stored_archives,
-    record_stored_archive,
+    begin_storing,
+    forget_records,
+    mark_stored,
 )
 from coordinator.task_io import (
     ArchiveMetadata,
@@ -94,7 +104,13 @@ from coordinator.task_io import (
     S3InputSource,
     decode_dataset,
 )
-from coordinator.tasks.archive_storage import ArchiveOutput, remove_archive, store_archive
+from coordinator.tasks.archive_storage import (
+    ArchiveOutput,
+    archive_location,
+    describe_os_error,
+    remove_archive,
+    store_archive,
+)
 from coordinator.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.tasks.database import task_engine
 from coordinator.tasks.s3_urls import s3_object_url
@@ -106,6 +122,8 @@ CLP_S_PACKAGE = "yscope_clp_core"
 OUTPUT_DIRECTORY = "archives"
 STDERR_LINES_KEPT = 3
 STDERR_CHARS_KEPT = 300
+STAGING_FULL_BYTES = 1024 * 1024
+"""Below this much free space, a failing clp-s is reported as having filled the staging disk."""
 
 _T = TypeVar("_T")
 _INPUT_NAMES = ("ClpSCompressionOption", "dataset", "S3InputSource")
@@ -147,18 +165,24 @@ def clp_s_s3_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
     clp_s_input = _clp_s_input(settings, request.source)
     binary = _clp_s_binary(settings)
     scratch = _scratch_directory(ctx)
-    stored: list[str] = []
+    stored: list[_Recorded] = []
     try:
         list_file = scratch / (
             f"compression-{ctx.job_id}-{ctx.task_id}-{ctx.instance_id}-log-paths.txt"
         )
-        list_file.write_text(
-            "".join(f"{entry}\n" for entry in clp_s_input.entries), encoding="utf-8"
-        )
         output_directory = scratch / OUTPUT_DIRECTORY
-        output_directory.mkdir()
+        try:
+            list_file.write_text(
+                "".join(f"{entry}\n" for entry in clp_s_input.entries), encoding="utf-8"
+            )
+            output_directory.mkdir()
+        except OSError as error:
+            raise TaskError(
+                f"cannot write the object list {list_file} in the staging directory: "
+                f"{describe_os_error(error)}"
+            ) from error
         command = _clp_s_command(binary, request.option, clp_s_input, output_directory, list_file)
-        archives = _run_clp_s(command, clp_s_input.environment, request)
+        archives = _run_clp_s(command, clp_s_input.environment, request, settings.staging_directory)
         _store_and_record(
             ctx, request.dataset or DEFAULT_DATASET, archives, output_directory, stored
         )
@@ -310,7 +334,9 @@ def _scratch_directory(ctx: TaskContext) -> Path:
             )
         )
     except OSError as error:
-        raise TaskError(f"cannot create a scratch directory in {staging}: {error}") from error
+        raise TaskError(
+            f"cannot create a scratch directory in {staging}: {describe_os_error(error)}"
+        ) from error
 
 
 def _clp_s_command(
@@ -339,9 +365,13 @@ def _clp_s_command(
 
 
 def _run_clp_s(
-    command: list[str], environment: dict[str, str] | None, request: _Request
+    command: list[str], environment: dict[str, str] | None, request: _Request, staging: Path
 ) -> list[ArchiveMetadata]:
-    """The stats of the archives clp-s wrote; ``TaskError`` unless it exits 0 with valid stats."""
+    """The stats of the archives clp-s wrote; ``TaskError`` unless it exits 0 with valid stats.
+
+    clp-s reports a failed write only as ``Error code: 4`` (an errno it does not print), so when
+    it fails and the staging directory's file system is (nearly) full, the message says so.
+    """
     stderr_tail: deque[str] = deque(maxlen=50)
     try:
         process = subprocess.Popen(
@@ -372,11 +402,32 @@ def _run_clp_s(
             returncode = process.wait()
             drainer.join()
     if returncode != 0:
+        full = _full_file_system(staging)
         raise TaskError(
             f"{_exit_description(returncode)} while compressing {request.objects()}: "
-            f"{_stderr_summary(stderr_tail)}"
+            f"{f'{full}: ' if full else ''}{_stderr_summary(stderr_tail)}"
         )
     return archives
+
+
+def _full_file_system(directory: Path) -> str | None:
+    """``the staging directory D is full …`` when its file system has (almost) no room left."""
+    try:
+        usage = os.statvfs(directory)
+    except OSError:
+        return None
+    free = usage.f_bavail * usage.f_frsize
+    if free < STAGING_FULL_BYTES:
+        return (
+            f"the staging directory {directory} is full ({free} bytes free): "
+            f"no space left on device (errno {errno.ENOSPC})"
+        )
+    if usage.f_files > 0 and usage.f_favail == 0:
+        return (
+            f"the staging directory {directory} has no free inodes: "
+            f"no space left on device (errno {errno.ENOSPC})"
+        )
+    return None
 
 
 def _drain(stream: IO[str], tail: deque[str]) -> None:
@@ -432,20 +483,28 @@ def _stderr_summary(lines: Iterable[str]) -> str:
 # --- storing, recording, rolling back ----------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Recorded:
+    """An archive this attempt recorded (and may have stored, fully or in part)."""
+
+    record_id: int
+    location: str
+
+
 def _store_and_record(
     ctx: TaskContext,
     dataset: str,
     archives: Sequence[ArchiveMetadata],
     output_directory: Path,
-    stored: list[str],
+    stored: list[_Recorded],
 ) -> None:
-    """Store each archive and record it at once; ``stored`` gains each location as it is stored."""
+    """Record each archive as ``storing``, store it, mark it ``stored``; ``stored`` gains each
+    record as soon as it is inserted, so the roll-back removes what a failure left half-stored."""
     output = ctx.settings.archive_output
     engine = task_engine(ctx.settings)
     job_id = _owning_job(engine, ctx.job_id)
     for archive in archives:
-        location = store_archive(output, output_directory / archive.id, dataset, archive.id)
-        stored.append(location)
+        location = archive_location(output, dataset, archive.id)
         record = StoredArchiveRecord(
             job_id=job_id,
             spider_job_id=ctx.job_id,
@@ -459,11 +518,25 @@ def _store_and_record(
         )
         try:
             with engine.begin() as connection:
-                record_stored_archive(connection, record)
+                record_id = begin_storing(connection, record)
         except SQLAlchemyError as error:
             raise TaskError(
-                f"cannot record archive {archive.id} stored at {location}: {error}"
+                f"cannot record archive {archive.id} before storing it at {location}: {error}"
             ) from error
+        stored.append(_Recorded(record_id, location))
+        store_archive(output, output_directory / archive.id, dataset, archive.id)
+        try:
+            with engine.begin() as connection:
+                marked = mark_stored(connection, record_id, utc_now())
+        except SQLAlchemyError as error:
+            raise TaskError(
+                f"cannot record archive {archive.id} as stored at {location}: {error}"
+            ) from error
+        if not marked:
+            raise TaskError(
+                f"archive {archive.id} stored at {location} was claimed by the coordinator's "
+                "clean-up while it was being stored (the job has ended); it is removed"
+            )
 
 
 def _owning_job(engine: Engine, spider_job_id: int) -> int | None:
@@ -482,21 +555,21 @@ def _owning_job(engine: Engine, spider_job_id: int) -> int | None:
 
 
 def _roll_back(
-    ctx: TaskContext, output: ArchiveOutput, locations: Sequence[str], failure: BaseException
+    ctx: TaskContext, output: ArchiveOutput, recorded: Sequence[_Recorded], failure: BaseException
 ) -> None:
-    """Remove what this attempt stored, then forget the records of what is gone."""
-    removed: list[str] = []
+    """Remove what this attempt stored (or began to), then forget the records of what is gone."""
+    removed: list[int] = []
     problems: list[str] = []
-    for location in locations:
+    for entry in recorded:
         try:
-            remove_archive(output, location)
-            removed.append(location)
+            remove_archive(output, entry.location)
+            removed.append(entry.record_id)
         except Exception as error:
-            problems.append(f"{location}: {error}")
+            problems.append(f"{entry.location}: {error}")
     if removed:
         try:
             with task_engine(ctx.settings).begin() as connection:
-                forget_stored_archives(connection, ctx.job_id, removed)
+                forget_records(connection, removed)
         except SQLAlchemyError as error:
             problems.append(f"records of removed archives: {error}")
     if problems:
