@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from coordinator.cli import jobs as job_commands
 from coordinator.cli.demo import run_demo
@@ -62,12 +63,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except (ConfigError, migrate.SchemaNotCurrent) as error:
-        print(f"coordinator: {error}", file=sys.stderr)
-        return 2
-    except (job_commands.NoSuchJob, IngestError, InvalidDatasetName, DowngradeRefused) as error:
-        print(f"coordinator: {error}", file=sys.stderr)
-        return 1
+    except Exception as error:
+        explained = _explain(error)
+        if explained is None:
+            raise
+        code, message = explained
+        print(f"coordinator: {message}", file=sys.stderr)
+        return code
+
+
+def _explain(error: Exception) -> tuple[int, str] | None:
+    """The exit code and one line for a failure an operator can cause; ``None`` for a bug."""
+    match error:
+        case ConfigError() | migrate.SchemaNotCurrent():
+            return 2, str(error)
+        case job_commands.NoSuchJob() | IngestError() | InvalidDatasetName() | DowngradeRefused():
+            explained = 1, str(error)
+        case ArgumentError():  # an unparsable URL or an unknown dialect
+            explained = 2, f"cannot use the database URL: {_first_line(error)}"
+        case ImportError():
+            explained = 2, (
+                f"cannot use the database URL: its driver is not installed "
+                f"({_first_line(error)}); use mysql+pymysql://… or sqlite:///…"
+            )
+        case DBAPIError():
+            explained = 1, f"cannot use the database: {_driver_message(error)}"
+        case OSError():
+            where = f" {error.filename}" if error.filename else ""
+            explained = 1, f"cannot use{where}: {error.strerror or error}"
+        case _:
+            return None
+    return explained
+
+
+def _driver_message(error: DBAPIError) -> str:
+    """The driver's own words (never the URL, whose password SQLAlchemy may echo)."""
+    original = error.orig
+    if original is not None and original.args:
+        arguments = original.args
+        if len(arguments) >= 2 and isinstance(arguments[0], int):
+            return f"{arguments[1]} (error {arguments[0]})"
+        return _first_line(original)
+    return _first_line(error)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -276,7 +317,8 @@ def _print_job(document: dict[str, Any]) -> None:
     if document["status_msg"]:
         print(f"  {document['status_msg']}")
     print(
-        f"  dataset {document['dataset']}, {document['num_tasks']} task(s), "
+        f"  dataset {document['dataset'] or 'unknown (the job config does not decode)'}, "
+        f"{document['num_tasks']} task(s), "
         f"{document['uncompressed_size']:,} B -> {document['compressed_size']:,} B"
     )
     print("History:")
