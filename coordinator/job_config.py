@@ -217,7 +217,9 @@ def _peek_input(blob: bytes) -> Mapping[Any, Any] | list[Any]:
     """
     value = _unpack_blob(blob)
     if isinstance(value, Mapping):
-        job_input = value["input"] if "input" in value else value.get(0)
+        if "input" not in value and 0 not in value:
+            raise UndecodableJobConfig("the job config has no `input` key")
+        job_input = value["input"] if "input" in value else value[0]
     elif isinstance(value, list) and len(value) == len(ClpIoConfig.model_fields):
         job_input = value[0]
     else:
@@ -264,10 +266,14 @@ def _unpack_blob(blob: bytes) -> Any:
         return unpack(raw, what="ClpIoConfig")
     except WireFormatError as error:
         raise UndecodableJobConfig(str(error)) from error
-    except Exception as error:
+    except TypeError as error:
         # msgpack builds maps as dicts: an array or map used as a key raises TypeError.
         raise UndecodableJobConfig(
-            f"ClpIoConfig: not valid msgpack for a ClpIoConfig ({_describe(error)})"
+            f"ClpIoConfig: a msgpack map has an array or a map as a key ({error})"
+        ) from error
+    except Exception as error:
+        raise UndecodableJobConfig(
+            f"ClpIoConfig: not valid msgpack ({_describe(error)})"
         ) from error
 
 

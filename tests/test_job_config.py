@@ -16,6 +16,7 @@ from coordinator.job_config import (
     UndecodableJobConfig,
     decode_clp_io_config,
     encode_clp_io_config,
+    peek_endpoint_url,
     peek_input_type,
 )
 from coordinator.task_io import CredentialsAuthentication
@@ -162,3 +163,70 @@ def test_a_decompression_bomb_is_refused() -> None:
     bomb = zstandard.ZstdCompressor().compress(b"\x00" * (65 * 1024 * 1024))
     with pytest.raises(UndecodableJobConfig, match="inflates past"):
         peek_input_type(bomb)
+
+
+def _array_input(tag: str, *fields: Any) -> list[Any]:
+    return [tag, *fields]
+
+
+_OUTPUT_ARRAY = list(OUTPUT.values())
+_LOG_INGESTOR = ClpIoConfig.model_validate(VECTOR["CLP_IO_CONFIG"])
+
+
+@pytest.mark.parametrize(
+    ("value", "input_type"),
+    [
+        (_LOG_INGESTOR.to_wire(), "s3_object_metadata"),  # rmp_serde::to_vec: [input, output]
+        ([VECTOR["CLP_IO_CONFIG"]["input"], OUTPUT], "s3_object_metadata"),
+        ({0: _LOG_INGESTOR.input.to_wire(), 1: OUTPUT}, "s3_object_metadata"),
+        (
+            {"input": dict(enumerate(_LOG_INGESTOR.input.to_wire())), "output": OUTPUT},
+            "s3_object_metadata",
+        ),
+        ([_array_input("fs", ["/a"], None, None, None, False), _OUTPUT_ARRAY], "fs"),
+        (
+            [_array_input("s3", "b", None, "", None, ["default"], None, None, None, False), OUTPUT],
+            "s3",
+        ),
+        ({"input": dict(enumerate(["fs", ["/a"]])), "output": OUTPUT}, "fs"),
+        ([_array_input("future"), OUTPUT], "future"),
+    ],
+)
+def test_peek_reads_the_type_in_every_form_the_decoder_accepts(value: Any, input_type: str) -> None:
+    """Before, an ``fs`` job stored as an array was not recognised as ``fs`` (and was claimed)."""
+    blob = _blob(value)
+    assert peek_input_type(blob) == input_type
+    if input_type != "future":
+        assert decode_clp_io_config(blob).input.type == input_type
+
+
+def test_peek_reads_the_endpoint_of_an_array_form_input() -> None:
+    fields = {**VECTOR["CLP_IO_CONFIG"]["input"], "endpoint_url": "http://127.0.0.1:9000"}
+    config = ClpIoConfig.model_validate({**VECTOR["CLP_IO_CONFIG"], "input": fields})
+    assert peek_endpoint_url(_blob(config.to_wire())) == "http://127.0.0.1:9000"
+    assert peek_endpoint_url(_blob({0: config.input.to_wire(), 1: OUTPUT})) == (
+        "http://127.0.0.1:9000"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({(1,): 2}, "a msgpack map has an array or a map as a key"),
+        ({"input": {(1,): 2, "type": "s3_object_metadata"}}, "an array or a map as a key"),
+        ({"output": OUTPUT}, "no `input` key"),
+        ([1, 2, 3], "neither a ClpIoConfig map nor an \\[input, output\\] array"),
+        ([[], OUTPUT], "neither a map nor an array led by its type"),
+        ([[7, "x"], OUTPUT], "neither a map nor an array led by its type"),
+        ({"input": "s3_object_metadata"}, "neither a map nor an array led by its type"),
+        ({"input": {"type": 5}}, "input type is not a string: 5"),
+        ({"input": {"type": None}}, "input type is not a string: None"),
+    ],
+)
+def test_what_peek_cannot_classify_is_undecodable(value: Any, message: str) -> None:
+    """Only ``UndecodableJobConfig`` ever leaves the module (an array key raised TypeError)."""
+    blob = _blob(value)
+    with pytest.raises(UndecodableJobConfig, match=message):
+        peek_input_type(blob)
+    with pytest.raises(UndecodableJobConfig):
+        decode_clp_io_config(blob)

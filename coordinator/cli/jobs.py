@@ -10,6 +10,7 @@
                    "location"}]}
 
 Statuses are the lifecycle's names (``Pending`` … ``Committed``); times are ISO 8601 UTC.
+``dataset`` is ``null`` when the job's config cannot be decoded (or names an invalid dataset).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, cast
 from sqlalchemy import Engine, Row, Table, select
 
 from coordinator.lifecycle import Actor, JobStatus, describe_status, describe_stored
-from coordinator.service.prepare import dataset_of
+from coordinator.service.prepare import known_dataset_of
 from coordinator.store.archives import published_archives_of_job
 from coordinator.store.datasets import archives_table
 from coordinator.store.guarded import Applied, TransitionRequest
@@ -74,7 +75,8 @@ def show_job(store: JobStore, job_id: int) -> dict[str, Any]:
     job = store.get(job_id)
     if job is None:
         raise NoSuchJob(f"no compression job {job_id}")
-    dataset = dataset_of(job.clp_config)
+    # None when the config does not decode (or names an invalid dataset): shown, never fatal.
+    dataset = known_dataset_of(job.clp_config)
     return {
         "id": job.id,
         "status": describe_stored(job.status, job.committed_at),

@@ -96,6 +96,19 @@ SPIDER_CANCELLED = "The Spider compression job was cancelled."
 CANCELLED_BEFORE_SUBMISSION = "Cancelled by an operator before submission."
 SWEEP_INTERVAL_SECS = 60.0
 GAVE_UP = "Compression job failed after {attempts} attempt(s): {error}"
+RECORDED_SPIDER_JOB = (
+    "Compression job failed: the Pending job already records Spider job {spider_id}, so it is "
+    "not submitted again; {outcome}."
+)
+RECORDED_SPIDER_JOB_STATES = {
+    # What became of the recorded Spider job (cancel_if_safe's answer), for the message.
+    JobState.READY: "it was never started and is left so",
+    JobState.COMMIT_READY: "it is committing and is left to finish",
+    JobState.CLEANUP_READY: "it is being cancelled",
+    JobState.CANCELLED: "it is cancelled",
+    JobState.SUCCEEDED: "it had already succeeded",
+    JobState.FAILED: "it had already failed",
+}
 MAX_ATTEMPT_BACKOFF_SECS = 60.0
 
 
@@ -170,6 +183,8 @@ class Coordinator:
         self._foreign: set[int] = set()
         self._next_renewal = 0.0
         self._next_sweep = 0.0
+        self._claim_retry_at = 0.0
+        self._phase_failures = 0
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -183,6 +198,12 @@ class Coordinator:
                 _log.exception("database unavailable; retrying")
                 self.stopping.wait(max(interval, 1.0))
                 continue
+            except Exception:
+                # Nothing a row holds may stop the service: a bug outside one job's handling is
+                # logged and the tick retried after a pause, like an outage.
+                _log.exception("unexpected error in a tick; retrying")
+                self.stopping.wait(max(interval, 1.0))
+                continue
             # A tick that concluded a job claimed before the job freed its place: tick again.
             if until_idle and not self.driven and report.claimed == 0 and not report.concluded:
                 break
@@ -192,10 +213,10 @@ class Coordinator:
     def tick(self) -> TickReport:
         """One round of the loop; raises SQLAlchemy's errors when the database is unavailable."""
         report = TickReport()
-        self._renew_leases()
+        self._guarded_phase("lease renewal", self._renew_leases)
         self._serve_cancel_requests()
-        if not self.stopping.is_set():
-            report.claimed = self._claim()
+        if not self.stopping.is_set() and self._monotonic() >= self._claim_retry_at:
+            report.claimed = self._guarded_phase("claim", self._claim) or 0
         for job in list(self.driven.values()):
             if self.stopping.is_set() and job.status is JobStatus.PENDING:
                 continue
@@ -214,6 +235,26 @@ class Coordinator:
         self._sweep()
         report.driven = len(self.driven)
         return report
+
+    def _guarded_phase(self, name: str, phase: Callable[[], int | None]) -> int | None:
+        """``phase()``; an error that is not the database's is logged and the claims back off.
+
+        Database errors propagate (the whole tick waits). Anything else (a bug, or a row no check
+        foresaw) must not stop the loop: the driven jobs are still advanced, and claiming resumes
+        after a pause doubling from 1 s to 60 s.
+        """
+        try:
+            result = phase()
+        except SQLAlchemyError:
+            raise
+        except Exception:
+            delay = min(MAX_ATTEMPT_BACKOFF_SECS, 2.0**self._phase_failures)
+            self._phase_failures += 1
+            _log.exception("unexpected error in the %s; claiming again in %.0f s", name, delay)
+            self._claim_retry_at = self._monotonic() + delay
+            return None
+        self._phase_failures = 0
+        return result
 
     def _advance(self, job: DrivenJob) -> bool:
         """Submit or poll ``job`` when it is due; whether it concluded."""
@@ -269,7 +310,9 @@ class Coordinator:
             limit=capacity,
             skip=list(self.driven),
         )
-        claimed = leases.claim_pending(
+        # Pending rows that already record a Spider job are claimed only to be ended (never
+        # submitted: the `submitted` edge would lose its race on every attempt).
+        recorded = leases.claim_pending(
             self.engine,
             owner=self.instance_id,
             lease=self.lease_duration,
@@ -277,9 +320,19 @@ class Coordinator:
             limit=capacity - len(taken),
             is_ours=self._is_ours,
             skip=self._foreign | set(self.driven),
+            recorded_spider_id=True,
+        )
+        claimed = leases.claim_pending(
+            self.engine,
+            owner=self.instance_id,
+            lease=self.lease_duration,
+            now=now,
+            limit=capacity - len(taken) - len(recorded),
+            is_ours=self._is_ours,
+            skip=self._foreign | set(self.driven),
         )
         init = self.settings.result_polling.init_backoff_millisecs
-        for lease in [*taken, *claimed]:
+        for lease in [*taken, *recorded, *claimed]:
             job = DrivenJob(
                 job_id=lease.job_id,
                 epoch=lease.epoch,
@@ -293,21 +346,38 @@ class Coordinator:
             verb = "took over" if lease.status is not JobStatus.PENDING else "claimed"
             _log.info("%s job (%s)", verb, lease.status.label, extra=job.log())
             crashpoint("claimed")
-        return len(taken) + len(claimed)
+        return len(taken) + len(recorded) + len(claimed)
 
     def _is_ours(self, job_id: int, clp_config: bytes) -> bool:
         try:
             ours = peek_input_type(clp_config) == S3_OBJECT_METADATA
-        except UndecodableJobConfig:
+        except Exception as error:
+            # Whatever a blob holds, failing to classify it makes the job undecodable (the
+            # embedded default rejects it, a coordinator of a CLP deployment never writes it);
+            # it never escapes into the claim.
+            if not isinstance(error, UndecodableJobConfig):
+                _log.warning("unclassifiable job config: %r", error, extra=job_fields(job_id, None))
             ours = self.owns_undecodable_jobs
         else:
-            why = self.leaves_job(clp_config) if ours and self.leaves_job is not None else None
+            why = self._why_left(clp_config) if ours else None
             if why is not None:  # logged once: the job joins _foreign and is not looked at again
                 ours = False
                 _log.warning("%s", why, extra=job_fields(job_id, None))
         if not ours:
             self._foreign.add(job_id)
         return ours
+
+    def _why_left(self, clp_config: bytes) -> str | None:
+        """Why an ``s3_object_metadata`` job is left to others (``leaves_job``), or ``None``.
+
+        When ``leaves_job`` fails, the job is left: it is not known to be this coordinator's.
+        """
+        if self.leaves_job is None:
+            return None
+        try:
+            return self.leaves_job(clp_config)
+        except Exception as error:
+            return f"left Pending: cannot tell where its objects are ({error!r})"
 
     def _serve_cancel_requests(self) -> None:
         requested = leases.cancel_requests(self.engine, list(self.driven))
@@ -335,6 +405,9 @@ class Coordinator:
     # --- submission ---------------------------------------------------------------------------
 
     def _submit(self, job: DrivenJob) -> None:
+        if job.spider_id is not None:
+            self._end_recorded_submission(job)
+            return
         prepared = self._prepare(job)
         if prepared is None:
             return
@@ -437,7 +510,37 @@ class Coordinator:
             _log.error(
                 "could not cancel orphan Spider job %d: %s", spider_id, error, extra=job.log()
             )
+        if (
+            isinstance(result, LostRace)
+            and result.state is JobStatus.PENDING
+            and result.spider_id is not None
+            and result.lease_epoch == job.epoch
+        ):
+            # Another writer put a Spider id on the row: a race that would be lost on every
+            # attempt, so the job is never registered again but ended (next advance).
+            job.spider_id = result.spider_id
+            return
+        job.spider_id = None
         self.driven.pop(job.job_id, None)
+
+    def _end_recorded_submission(self, job: DrivenJob) -> None:
+        """End a Pending job whose row already records a Spider job, cancelling that job first.
+
+        Never registers anything. A Spider outage leaves the job for a later tick.
+        """
+        assert job.spider_id is not None
+        spider_id = job.spider_id
+        try:
+            state = cancel_if_safe(self.spider, spider_id)
+        except JobNotFound:
+            outcome = "Spider does not know it"
+        except SpiderError as error:
+            self._retry_later(job, f"cannot cancel recorded Spider job {spider_id} yet: {error}")
+            return
+        else:
+            outcome = RECORDED_SPIDER_JOB_STATES.get(state, f"it is {state.name.lower()}")
+        message = RECORDED_SPIDER_JOB.format(spider_id=spider_id, outcome=outcome)
+        self._move(job, "abandoned", JobStatus.FAILED, message)
 
     def _retry_later(self, job: DrivenJob, why: str) -> None:
         """An outage: try again later, without limit."""
