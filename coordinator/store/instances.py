@@ -345,6 +345,12 @@ class Presence:
             and time.monotonic() - since >= self.stale_after.total_seconds()
         )
 
+    def stop_beating(self) -> None:
+        """Stop the heartbeat and leave the row to expire, as a killed process does (tests)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
     def close(self) -> None:
         """Stop beating and delete the row (best effort): what this process owned is free now."""
         self._stop.set()

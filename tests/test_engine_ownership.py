@@ -1,0 +1,191 @@
+"""Several embedded engines on one database: each job has one live owner (issue 10).
+
+Attacks reproduced: every engine re-ran every unfinished job at its start-up (tasks ran on two
+engines, a Cancelled job was rewritten to Failed); a job whose engine died mid-run was never taken
+over by an engine already running; an executor outlived a SIGKILLed host process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from sqlalchemy import Engine, select
+
+from coordinator.config.locations import PROJECT_ROOT
+from coordinator.spider.embedded.engine import EmbeddedSpider
+from coordinator.spider.port import JobState, start_if_ready
+from coordinator.store.instances import ENGINE, Presence
+from coordinator.store.schema import EngineJob
+from tests.engine_support import graph, journal, running_engine, submit, task, wait_for
+
+PASSWORD = b"compression-coordinator"
+DONE = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+def _start(spider: EmbeddedSpider, inputs: list[bytes], *names: str) -> int:
+    group = spider.resource_group_by_name("rg", PASSWORD)
+    job_id = submit(spider, group, graph(*(task(name) for name in names)), inputs)
+    assert start_if_ready(spider, job_id) is JobState.RUNNING
+    return job_id
+
+
+def _stored(engine: Engine, job_id: int) -> tuple[str, str | None]:
+    with engine.connect() as connection:
+        row = connection.execute(
+            select(EngineJob.state, EngineJob.owner).where(EngineJob.id == job_id)
+        ).one()
+    return str(row.state), row.owner
+
+
+def test_a_second_engine_never_runs_a_live_engines_job(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """Before: the second engine's start-up re-ran the first's Running job (tasks ran twice)."""
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    with running_engine(migrated_engine, first_dir, sweep_interval_secs=0.2) as first:
+        job_id = _start(first, [b"2"], "sleep")
+        deadline = time.monotonic() + 30
+        while not journal(first_dir, job_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with running_engine(migrated_engine, second_dir, sweep_interval_secs=0.2) as second:
+            assert second.get_job_state(job_id) is JobState.RUNNING  # read, not adopted
+            assert wait_for(first, job_id, *DONE) is JobState.SUCCEEDED
+            assert second.get_job_state(job_id) is JobState.SUCCEEDED
+            time.sleep(0.5)
+        assert _stored(migrated_engine, job_id) == ("Succeeded", first.token)
+    assert journal(second_dir, job_id) == []  # nothing ran on the second engine
+    assert [e["event"] for e in journal(first_dir, job_id)] == ["start", "done", "commit"]
+
+
+def test_a_cancel_through_another_engine_is_final(migrated_engine: Engine, tmp_path: Path) -> None:
+    """Before: the owner's late report rewrote the Cancelled job (to Failed or Succeeded)."""
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    with running_engine(migrated_engine, first_dir, sweep_interval_secs=0.2) as first:
+        job_id = _start(first, [b"1.5"], "sleep")
+        with running_engine(migrated_engine, second_dir, sweep_interval_secs=0.2) as second:
+            assert second.cancel_job(job_id) is JobState.CANCELLED
+            assert first.get_job_state(job_id) in (JobState.RUNNING, JobState.CANCELLED)
+            time.sleep(3)  # the owner's task finishes and reports
+            assert first.get_job_state(job_id) is JobState.CANCELLED
+            assert second.get_job_state(job_id) is JobState.CANCELLED
+        assert _stored(migrated_engine, job_id)[0] == "Cancelled"
+    events = [e["event"] for e in journal(first_dir, job_id)]
+    assert "commit" not in events
+
+
+def test_a_dead_engines_job_is_adopted_by_a_running_engine(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """Before: an engine adopted jobs only at its own start-up, so a job whose engine died later
+    stayed Running forever. Here the first engine stops heartbeating (its process "dies") and the
+    second, already running, adopts and finishes the job within a few expiry periods."""
+    work = tmp_path / "work"  # shared: ``slow_first_run`` hangs only on its first run ever
+    dying = Presence(migrated_engine, ENGINE, stale_after_secs=1.0).register().start()
+    with running_engine(
+        migrated_engine, work, sweep_interval_secs=0.2, stale_after_secs=1.0
+    ) as second:
+        with running_engine(migrated_engine, work, presence=dying) as first:
+            job_id = _start(first, [b"a", b"b"], "echo", "slow_first_run")
+            deadline = time.monotonic() + 30
+            while len(journal(work, job_id)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _stored(migrated_engine, job_id) == ("Running", dying.token)
+            assert second.get_job_state(job_id) is JobState.RUNNING
+        dying.stop_beating()  # the first engine is gone; its row expires (as after a SIGKILL)
+        started = time.monotonic()
+        assert wait_for(second, job_id, *DONE, timeout=30) is JobState.SUCCEEDED
+        assert time.monotonic() - started < 15
+        assert second.get_job_outputs(job_id) == [b"a", b"second run"]
+        assert _stored(migrated_engine, job_id) == ("Succeeded", second.token)
+    events = [e["event"] for e in journal(work, job_id)]
+    assert events.count("echo") == 2 and events.count("commit") == 1
+
+
+_HOST = textwrap.dedent(
+    """
+    import sys, time
+    from coordinator.spider.embedded.engine import EmbeddedSpider
+    from coordinator.spider.port import start_if_ready
+    from coordinator.store.database import create_database_engine
+    from tests.engine_support import graph, settings, submit, task, TEST_PACKAGES
+    from pathlib import Path
+
+    engine = create_database_engine(sys.argv[1])
+    spider = EmbeddedSpider(
+        engine, settings(engine, Path(sys.argv[2])), packages=TEST_PACKAGES, workers=2,
+        executor_environment={"PYTHONPATH": sys.argv[3]},
+    ).start()
+    group = spider.resource_group_by_name("rg", b"pw")
+    job = submit(spider, group, graph(task("sleep"), task("sleep")), [b"3600", b"3600"])
+    start_if_ready(spider, job)
+    print("started", flush=True)
+    time.sleep(3600)
+    """
+)
+
+
+def _children(pid: int) -> set[int]:
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], check=False, capture_output=True, text=True
+    )
+    return {int(line) for line in out.stdout.split()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+def test_executors_die_with_the_process_hosting_the_engine(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """Before: SIGKILL the host while tasks hang, and its executors lived on for as long as the
+    tasks did, with their database connections. ``test_service_processes`` does the same to a
+    real ``coordinator run``."""
+    url = migrated_engine.url.render_as_string(hide_password=False)
+    host = subprocess.Popen(
+        [sys.executable, "-c", _HOST, url, str(tmp_path / "work"), str(PROJECT_ROOT)],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert host.stdout is not None and host.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 30
+        while len(journal(tmp_path / "work", 1)) < 2:
+            assert time.monotonic() < deadline, "the tasks did not start"
+            time.sleep(0.1)
+        executors = _children(host.pid)
+        assert len(executors) == 2
+    finally:
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in executors) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in executors)
+
+
+def test_a_closed_engines_jobs_are_adopted_at_once(migrated_engine: Engine, tmp_path: Path) -> None:
+    """A clean close deletes the registration: the next engine adopts without waiting."""
+    work = tmp_path / "work"
+    with running_engine(migrated_engine, work) as first:
+        job_id = _start(first, [b"a", b"b"], "echo", "slow_first_run")
+        deadline = time.monotonic() + 30
+        while len(journal(work, job_id)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    started = time.monotonic()
+    with running_engine(migrated_engine, work, stale_after_secs=60.0) as second:
+        assert wait_for(second, job_id, *DONE, timeout=20) is JobState.SUCCEEDED
+    assert time.monotonic() - started < 15
