@@ -6,6 +6,7 @@ a real process killed with SIGKILL at the named moment.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert, inspect, text
 
+from coordinator.cli.main import main
+from coordinator.config.loader import CoordinatorConfig
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.service.cleanup import (
     log_reconciliation,
@@ -359,3 +362,22 @@ def test_migration_0007_keeps_what_the_earlier_version_settled_and_downgrades(
     migrate.downgrade(engine, "0006")  # nothing left to do
     migrate.upgrade(engine)
     assert _states(engine) == expected
+
+
+def test_coordinator_archives_prints_the_entries_without_a_record(
+    config: CoordinatorConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = ["--data-dir", str(tmp_path / "var")]
+    assert main(["archives", *data]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"archive storage {config.archive_directory}: 0 entries, 0 recorded"
+    )
+    stray = Path(config.archive_directory) / "default" / "stray"
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"no record")
+
+    assert main(["archives", "--json", *data]) == 1
+
+    document = json.loads(capsys.readouterr().out)
+    assert (document["listed"], document["unrecorded"]) == (1, [str(stray)])
+    assert stray.exists()

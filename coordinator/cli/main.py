@@ -36,6 +36,7 @@ from coordinator.config.locations import PROJECT_ROOT
 from coordinator.lifecycle import EDGES, STORED_FORMS
 from coordinator.lifecycle import diagrams as lifecycle_diagrams
 from coordinator.service import logs
+from coordinator.service.cleanup import reconcile_archive_storage
 from coordinator.service.ingest import (
     DEFAULT_BUCKET,
     DEFAULT_PREFIX,
@@ -44,7 +45,12 @@ from coordinator.service.ingest import (
     put_files,
     submit_job,
 )
-from coordinator.service.runtime import open_engine, open_runtime, worker_settings
+from coordinator.service.runtime import (
+    archive_output_of,
+    open_engine,
+    open_runtime,
+    worker_settings,
+)
 from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.grpc.server import SpiderServer, run_server
 from coordinator.store import migrate
@@ -157,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     diagrams.add_argument("--output", type=Path, default=PROJECT_ROOT / "diagrams")
     command("lifecycle", _lifecycle, "print the job state machine: edges, actors, reasons")
+    archives = command(
+        "archives", _archives, "list archive storage entries that have no archive record"
+    )
+    archives.add_argument("--json", action="store_true")
 
     spider = commands.add_parser("spider", help="the embedded Spider engine")
     spider_commands = spider.add_subparsers(dest="spider_command", required=True, metavar="ACTION")
@@ -231,6 +241,27 @@ def _give_up(grace: int) -> None:
     _log.warning("Not stopped within %d s; exiting now.", grace)
     logging.shutdown()
     os._exit(0)
+
+
+def _archives(args: argparse.Namespace) -> int:
+    """Reconcile the archive storage with the records; exit 1 when an entry has none."""
+    config = _config(args)
+    with _database(args) as engine:
+        found = reconcile_archive_storage(engine, archive_output_of(config))
+    if args.json:
+        document = {
+            "storage": found.storage,
+            "listed": found.listed,
+            "recorded": found.recorded,
+            "published_without_record": found.published,
+            "unrecorded": found.unrecorded,
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(found.summary())
+        for location in found.unrecorded:
+            print(location)
+    return 1 if found.unrecorded else 0
 
 
 def _spider_serve(args: argparse.Namespace) -> int:

@@ -66,7 +66,12 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.job_config import S3_OBJECT_METADATA, UndecodableJobConfig, peek_input_type
 from coordinator.lifecycle import Actor, JobStatus
-from coordinator.service.cleanup import settle_archives, terminal_jobs_with_stored_archives
+from coordinator.service.cleanup import (
+    RECONCILE_INTERVAL_SECS,
+    log_reconciliation,
+    settle_archives,
+    terminal_jobs_with_stored_archives,
+)
 from coordinator.service.crashpoints import crashpoint
 from coordinator.service.logs import job_fields
 from coordinator.service.prepare import JobRejected, PreparedJob, dataset_of, prepare
@@ -183,6 +188,8 @@ class Coordinator:
         self._foreign: set[int] = set()
         self._next_renewal = 0.0
         self._next_sweep = 0.0
+        self._next_reconcile: float | None = None
+        self._reconciler: threading.Thread | None = None
         self._claim_retry_at = 0.0
         self._phase_failures = 0
 
@@ -742,3 +749,21 @@ class Coordinator:
                 _log.info(
                     "sweep removed %d archive(s)", settled.removed, extra=job_fields(job_id, None)
                 )
+        self._reconcile(now)
+
+    def _reconcile(self, now: float) -> None:
+        """Every hour (the first a sweep interval after the start), list the archive storage and
+        log one line about entries without a record, on a thread of its own: a large bucket must
+        not hold up the loop (leases, polls)."""
+        if self._next_reconcile is None:
+            self._next_reconcile = now + SWEEP_INTERVAL_SECS
+        if now < self._next_reconcile or (self._reconciler and self._reconciler.is_alive()):
+            return
+        self._next_reconcile = now + RECONCILE_INTERVAL_SECS
+        self._reconciler = threading.Thread(
+            target=log_reconciliation,
+            args=(self.engine, self.archive_output),
+            name="archive reconciliation",
+            daemon=True,
+        )
+        self._reconciler.start()
