@@ -4,23 +4,33 @@ survives a database outage.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select, update
 
-from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.config.loader import ConfigError, CoordinatorConfig, load_config
 from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import archive_output_of, open_engine, worker_settings
+from coordinator.service.runtime import (
+    archive_output_of,
+    open_engine,
+    open_runtime,
+    worker_settings,
+)
 from coordinator.spider.embedded.engine import EmbeddedSpider
+from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.port import JobState
 from coordinator.store.database import create_database_engine
+from coordinator.store.instances import COORDINATOR, Presence
 from coordinator.store.jobs import JobStore
+from coordinator.store.schema import CoordinatorInstance, EngineJob
 from tests.sample_logs import write_json_logs
 
 
@@ -184,4 +194,127 @@ def test_an_unexpected_error_on_one_job_does_not_stop_the_loop(
         assert row is not None and row.status == JobStatus.SUCCEEDED
     finally:
         spider.close()
+        engine.dispose()
+
+
+# --- issue 10: one live owner per instance id and per Spider job ---------------------------------
+
+
+def test_a_second_coordinator_with_the_same_instance_id_refuses_to_start(
+    config: CoordinatorConfig,
+) -> None:
+    """Before: replicas without a config (same default ``embedded`` id) took each other's live
+    leases. Now the second one waits one expiry period for the first's heartbeat, then refuses;
+    once the first is closed, the id is free at once."""
+    first = open_runtime(config, stale_after_secs=1.0)
+    try:
+        assert first.coordinator.instance_id == "embedded"
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match="'embedded' is in use by a live process"):
+            open_runtime(config, stale_after_secs=1.0)
+        assert 1.0 <= time.monotonic() - started < 10
+    finally:
+        first.close()
+    started = time.monotonic()
+    with open_runtime(config, stale_after_secs=30.0) as again:
+        assert again.coordinator.instance_id == "embedded"
+    assert time.monotonic() - started < 10
+
+
+def test_a_restart_after_a_crash_takes_the_instance_id_over_at_once(
+    config: CoordinatorConfig,
+) -> None:
+    """The row a SIGKILLed coordinator left (its heartbeat still fresh) names a pid that no longer
+    runs on this host: the restart takes it over without waiting for it to expire."""
+    with open_runtime(config, stale_after_secs=30.0) as crashed:
+        engine = crashed.engine
+        gone = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        with engine.begin() as connection:
+            connection.execute(
+                update(CoordinatorInstance)
+                .where(CoordinatorInstance.name == "embedded")
+                .values(pid=int(gone.stdout), token="left-by-the-crashed-process")
+            )
+        assert crashed.presence is not None
+        crashed.presence.stop_beating()
+        crashed.presence = None  # its row is the crashed process's now
+    started = time.monotonic()
+    with open_runtime(config, stale_after_secs=30.0) as restarted:
+        assert restarted.coordinator.instance_id == "embedded"
+    assert time.monotonic() - started < 10
+
+
+def test_the_survivor_takes_the_spider_job_over_with_the_lease(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the survivor took the lease, but its engine (already running) never loaded the dead
+    replica's Spider job: Running forever. Now the engine of whoever holds the lease adopts it."""
+    if not database_url.startswith("sqlite"):
+        monkeypatch.setenv("COORDINATOR_DATABASE_URL", database_url)
+    config = load_config(None, data_dir=tmp_path / "var")
+    engine = open_engine(config)
+    write_json_logs(config.object_store_directory / "logs" / "ingest" / "a.jsonl", 300)
+    job_id = submit_job(config, engine, timestamp_key="timestamp")
+    url = engine.url.render_as_string(hide_password=False)
+
+    def replica(name: str) -> tuple[Presence, EmbeddedSpider, Coordinator]:
+        presence = Presence(engine, COORDINATOR, name, stale_after_secs=1.0).register().start()
+        spider = EmbeddedSpider(
+            engine,
+            worker_settings(config, url),
+            workers=1,
+            presence=presence,
+            coordinator_name=name,
+            sweep_interval_secs=0.2,
+        ).start()
+        coordinator = Coordinator(
+            engine=engine,
+            spider=spider,
+            settings=config.compression_coordinator,
+            archive_output=archive_output_of(config),
+            instance_id=name,
+            lease_duration=timedelta(seconds=1),
+        )
+        return presence, spider, coordinator
+
+    dead_presence, dead_spider, dead = replica("dead")
+    survivor_presence, survivor_spider, survivor = replica("survivor")
+    try:
+        dead_spider.inject(Fault("hard_timeout", task=0))  # the compression hangs, then it dies
+        assert dead.tick().claimed == 1
+        row = JobStore(engine).get(job_id)
+        assert row is not None and row.status == JobStatus.RUNNING and row.spider_id is not None
+        spider_id = row.spider_id
+        time.sleep(0.5)
+        dead_spider.close()
+        dead_presence.stop_beating()  # as a SIGKILL: its row stays until it expires
+        time.sleep(2.5)  # survivor's sweep: the job's lease is another coordinator's, not adopted
+        with engine.connect() as connection:
+            owner = connection.execute(
+                select(EngineJob.owner).where(EngineJob.id == spider_id)
+            ).scalar_one()
+        assert owner == dead_presence.token
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            survivor.tick()
+            row = JobStore(engine).get(job_id)
+            if row is not None and row.status == JobStatus.SUCCEEDED:
+                break
+            time.sleep(0.1)
+        assert row is not None and row.status == JobStatus.SUCCEEDED, row
+        assert survivor_spider.get_job_state(spider_id) is JobState.SUCCEEDED
+        with engine.connect() as connection:
+            owner = connection.execute(
+                select(EngineJob.owner).where(EngineJob.id == spider_id)
+            ).scalar_one()
+        assert owner == survivor_presence.token
+    finally:
+        survivor_spider.close()
+        survivor_presence.close()
+        dead_presence.close()
         engine.dispose()
