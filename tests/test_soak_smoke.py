@@ -1,0 +1,48 @@
+"""The kill-heavy replica soak (``bench/soak.py``) keeps working: its quick mode on MariaDB.
+
+Real ``coordinator run`` processes are SIGKILLed and restarted; the soak exits 0 only when every
+job ended with no violation and no orphan (see the soak's docstring for what those are).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.config.locations import PROJECT_ROOT
+
+
+@pytest.mark.mariadb_only
+def test_the_quick_soak_passes(tmp_path: Path, mariadb_url: str) -> None:
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("COORDINATOR_DATABASE_URL", "COORDINATOR_HOME", "COORDINATOR_CRASH_AT")
+    }
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.soak",
+            "--database",
+            mariadb_url,
+            "--quick",
+            "--data-dir",
+            str(tmp_path / "soak"),
+        ],
+        check=False,
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output
+    assert "SOAK RESULTS" in completed.stdout, output
+    assert "violations" in completed.stdout and "orphans" in completed.stdout, output
+    assert "soak: PASSED" in completed.stdout, output
