@@ -64,7 +64,7 @@ def _source(num_objects: int) -> S3InputSource:
     )
 
 
-def _vector_job() -> JobSubmission:
+def _vector_job(*, cleanup_task: bool = True) -> JobSubmission:
     inputs = GRAPH_VECTOR["inputs"]
     return build_compression_job(
         [_source(p["num_objects"]) for p in inputs["partitions"]],
@@ -76,14 +76,26 @@ def _vector_job() -> JobSubmission:
             inputs["commit_task_soft_timeout_secs"],
             inputs["commit_task_hard_timeout_secs"],
         ),
+        cleanup_task=cleanup_task,
     )
 
 
 def test_the_two_task_graph_is_identical_to_the_vector() -> None:
-    graph = _vector_job().task_graph
+    graph = _vector_job(cleanup_task=False).task_graph
     assert graph.to_json_text() == GRAPH_VECTOR["task_graph_json_text"]
     assert graph.to_json() == GRAPH_VECTOR["task_graph"]
     assert json.dumps(GRAPH_VECTOR["task_graph"], separators=(",", ":")) == graph.to_json_text()
+
+
+def test_the_coordinators_graph_is_clps_plus_a_cleanup_task() -> None:
+    value = json.loads(_vector_job().task_graph.to_json_text())
+    expected = json.loads(GRAPH_VECTOR["task_graph_json_text"])
+    expected["cleanup_task"] = {
+        "tdl_context": {"package": "clp", "task_func": "compression::cleanup"},
+        "execution_policy": expected["commit_task"]["execution_policy"],
+    }
+    assert value == expected
+    assert decode_task_graph(_vector_job().compressed_task_graph()).cleanup_task is not None
 
 
 def test_job_inputs_are_option_dataset_source_per_task() -> None:

@@ -4,30 +4,43 @@ Each ``tick``:
 
 1. **Leases.** Renew the leases of the jobs this coordinator drives (a job whose lease another
    coordinator took over is dropped at once); every write for a job is fenced by its lease epoch.
-2. **Cancel requests.** A driven job an operator asked to cancel: Pending → Killed directly; Running
-   → ``CancelJob`` through the safe helper (never in CommitReady; the outcome then decides).
+2. **Cancel requests.** A driven job an operator asked to cancel (``cancel_requested_at``):
+   Pending → Killed directly; Running or Committed → ``CancelJob`` through ``cancel_if_safe``.
+   The coordinator's graphs carry a cleanup task (``coordinator.spider.task_graph``), so Spider
+   cancels Running and CommitReady alike and the job moving on between the state read and the call
+   is harmless; a Ready job (recorded, never started) is started first. Nothing in memory marks a
+   cancel delivered: the persisted request is served on every tick by whoever drives the job (after
+   a takeover too) until the job concludes. **A cancel wins until Spider reports Succeeded**:
+   Spider Cancelled → Killed, rolled back if the commit had already published (Committed); Spider
+   Succeeded first → the job completes (the cancel came too late; logged); Spider Failed → Failed.
 3. **Claim** up to ``max_concurrent_jobs`` minus the jobs already driven (taken-over ones included,
    hazard H6): first in-flight jobs whose coordinator died, then Pending ``s3_object_metadata``
    jobs. Jobs of other input types are never written (H1).
 4. **Submit** each claimed Pending job: prepare it (objects, partitions, graph; an impossible job
    ends Failed with the reason), create the dataset's tables, RegisterJob, record ``spider_id`` with
    Pending → Running in one guarded transition, and only then StartJob (state first). If the
-   record fails, the registered Spider job is cancelled so nothing runs untracked.
+   record fails, the registered Spider job is left Ready, never started, so nothing runs untracked
+   (``cancel_if_safe`` never cancels a Ready job: with a cleanup task that is fatal).
 5. **Poll** each in-flight job when due, backing off from ``result_polling.init`` to ``max``, and
    react to a terminal Spider state:
 
    ===========  =============  ============================================================
    Spider       row            move
    ===========  =============  ============================================================
-   Succeeded    Committed      finalised → Succeeded
+   Succeeded    Committed      finalised → Succeeded, **only on evidence**: in the same
+                               transaction, the job's archives are in ``clp_<ds>_archives``
+                               and weigh what the commit published; else rolled_back →
+                               Failed (``Spider reports success but the job's archives are
+                               not published: …``), what is left withdrawn
    Failed       Running        failed → Failed, Spider's error in ``status_msg``
    Cancelled    Running        killed → Killed
    Failed       Committed      rolled_back → Failed: archive rows deleted in the same
                                transaction, then the archive files removed
-   Cancelled    Committed      rolled_back → Killed (likewise)
+   Cancelled    Committed      rolled_back → Killed (likewise): e.g. a cancel requested
+                               after the commit published, before Spider's success
    Succeeded    Running        failed: Spider succeeded but nothing was published
    unknown      Running        failed: Spider no longer knows the job (its storage was reset)
-   unknown      Committed      finalised: the publication is complete and stands
+   unknown      Committed      finalised: the publication stands (on the same evidence)
    any          terminal       no move (a Succeeded job is never overwritten; a KILLED written
                                by CLP's legacy scheduler stays, H2); its archives are settled
    ===========  =============  ============================================================
@@ -90,6 +103,7 @@ from coordinator.store import leases
 from coordinator.store.archives import withdraw_archives
 from coordinator.store.database import is_transient
 from coordinator.store.datasets import ensure_dataset_tables
+from coordinator.store.evidence import publication_gap
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
 from coordinator.store.jobs import JobStore, job_state
 from coordinator.tasks.context import ArchiveOutputSettings
@@ -98,6 +112,7 @@ _log = logging.getLogger(__name__)
 
 SPIDER_FAILED = "The Spider compression job failed: {}"
 SPIDER_CANCELLED = "The Spider compression job was cancelled."
+UNPUBLISHED = "Spider reports success but the job's archives are not published: {}."
 CANCELLED_BEFORE_SUBMISSION = "Cancelled by an operator before submission."
 SWEEP_INTERVAL_SECS = 60.0
 GAVE_UP = "Compression job failed after {attempts} attempt(s): {error}"
@@ -122,6 +137,10 @@ def default_instance_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+class _Unpublished(Exception):
+    """Finalising found no evidence of the job's publication (the message says what is missing)."""
+
+
 @dataclass
 class DrivenJob:
     """A job this coordinator holds the lease of."""
@@ -134,7 +153,9 @@ class DrivenJob:
     clp_config: bytes
     backoff_ms: int
     next_poll: float = 0.0
-    cancel_sent: bool = False
+    cancel_seen: JobState | None = None
+    """The Spider state the last cancel attempt left (for the log only: a cancel counts as
+    delivered when Spider reports Cancelled, and the persisted request is served until then)."""
     retry_submit_at: float = 0.0
     failed_attempts: int = 0
     """Attempts that failed with an error that is not an outage (bounded by ``max_attempts``)."""
@@ -387,27 +408,48 @@ class Coordinator:
             return f"left Pending: cannot tell where its objects are ({error!r})"
 
     def _serve_cancel_requests(self) -> None:
+        """Serve the persisted cancel request of every driven job, on every tick, until it ends.
+
+        The request (``cancel_requested_at``) is the only record of it: nothing in memory marks it
+        delivered, so whoever drives the job, a coordinator that took it over included, serves it
+        again until the job concludes, by Spider reporting Cancelled (→ Killed, rolled back if it
+        was Committed) or by ending otherwise (Spider Succeeded or Failed; see the table). A Pending
+        job is killed at once. A started job is cancelled through ``cancel_if_safe`` with the
+        cleanup task its graph carries, so CancelJob is safe whatever the job does meanwhile, in
+        CommitReady too; a Ready one (recorded but never started) is started first, since Spider
+        cannot cancel a Ready job that has a cleanup task.
+        """
         requested = leases.cancel_requests(self.engine, list(self.driven))
         for job_id in requested:
             job = self.driven.get(job_id)
             if job is None:
                 continue
             if job.status is JobStatus.PENDING:
-                self._move(
-                    job,
-                    "cancelled",
-                    JobStatus.KILLED,
-                    CANCELLED_BEFORE_SUBMISSION,
-                )
-            elif job.status is JobStatus.RUNNING and not job.cancel_sent and job.spider_id:
-                try:
-                    state = cancel_if_safe(self.spider, job.spider_id)
-                except SpiderError as error:
-                    _log.warning("cancel request not delivered yet: %s", error, extra=job.log())
-                    continue
-                job.cancel_sent = state is not JobState.COMMIT_READY
+                if job.spider_id is None:  # else a recorded Spider job: _submit ends the row
+                    self._move(job, "cancelled", JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION)
+                continue
+            if job.spider_id is None or job.status not in (JobStatus.RUNNING, JobStatus.COMMITTED):
+                continue
+            try:
+                state = cancel_if_safe(self.spider, job.spider_id, cleanup_task=True)
+                if state is JobState.READY:
+                    start_if_ready(self.spider, job.spider_id)
+                    state = cancel_if_safe(self.spider, job.spider_id, cleanup_task=True)
+            except SpiderError as error:
+                # E.g. the job became terminal meanwhile (still cached): the poll concludes it.
+                _log.warning("cancel request not delivered yet: %s", error, extra=job.log())
                 job.next_poll = 0.0
-                _log.info("cancel requested; Spider job is %s", state.name, extra=job.log())
+                continue
+            if state is not job.cancel_seen:
+                job.cancel_seen = state
+                job.next_poll = 0.0
+                if state is JobState.SUCCEEDED:
+                    _log.info(
+                        "cancel requested after Spider's success: the job completes",
+                        extra=job.log(),
+                    )
+                else:
+                    _log.info("cancel requested; Spider job is %s", state.name, extra=job.log())
 
     # --- submission ---------------------------------------------------------------------------
 
@@ -638,7 +680,7 @@ class Coordinator:
         committed = job.status is JobStatus.COMMITTED
         if state is JobState.SUCCEEDED:
             if committed:
-                self._move(job, "finalised", JobStatus.SUCCEEDED, "Spider reports success.")
+                self._finalise(job, "Spider reports success.")
             else:
                 message = "Spider reports success but the commit did not publish the archives."
                 self._move(job, "failed", JobStatus.FAILED, message)
@@ -647,9 +689,9 @@ class Coordinator:
             self._end_badly(job, committed, JobStatus.FAILED, message)
         elif state is JobState.CANCELLED:
             self._end_badly(job, committed, JobStatus.KILLED, SPIDER_CANCELLED)
-        elif committed:  # Spider no longer knows the job, but the publication is complete
+        elif committed:  # Spider no longer knows the job; its publication decides
             reason = f"Spider no longer knows job {job.spider_id}; the published commit stands."
-            self._move(job, "finalised", JobStatus.SUCCEEDED, reason)
+            self._finalise(job, reason)
         else:
             message = (
                 f"Spider no longer knows job {job.spider_id} (its storage may have been reset); "
@@ -658,7 +700,41 @@ class Coordinator:
             self._move(job, "failed", JobStatus.FAILED, message)
         self._clean_up(job)
 
-    def _end_badly(self, job: DrivenJob, committed: bool, target: JobStatus, message: str) -> None:
+    def _finalise(self, job: DrivenJob, reason: str) -> None:
+        """Committed → Succeeded, only on evidence that the job's archives are published.
+
+        The evidence (``coordinator.store.evidence.publication_gap``) is read in the finalising
+        transaction; without it the move is undone and the job is rolled back to Failed instead,
+        with what is missing in ``status_msg`` (whatever of it is still published is withdrawn).
+        """
+        job_id, spider_id = job.job_id, job.spider_id
+
+        def require_publication(connection: Connection, _: Applied) -> None:
+            gap = publication_gap(connection, job_id, spider_id)
+            if gap is not None:
+                raise _Unpublished(gap)
+
+        try:
+            self._move(job, "finalised", JobStatus.SUCCEEDED, reason, effects=require_publication)
+        except _Unpublished as gap:
+            _log.warning("not finalised: %s", gap, extra=job.log())
+            self._end_badly(
+                job,
+                True,
+                JobStatus.FAILED,
+                UNPUBLISHED.format(gap),
+                note=" Whatever of them was still published was withdrawn.",
+            )
+
+    def _end_badly(
+        self,
+        job: DrivenJob,
+        committed: bool,
+        target: JobStatus,
+        message: str,
+        *,
+        note: str = " The published archives were withdrawn.",
+    ) -> None:
         if not committed:
             self._move(job, "failed" if target is JobStatus.FAILED else "killed", target, message)
             return
@@ -669,13 +745,7 @@ class Coordinator:
             withdrawn = withdraw_archives(connection, job_id, spider_id)
             _log.info("rolled back %d published archive(s)", len(withdrawn), extra=job.log())
 
-        self._move(
-            job,
-            "rolled_back",
-            target,
-            f"{message} The published archives were withdrawn.",
-            effects=withdraw,
-        )
+        self._move(job, "rolled_back", target, f"{message}{note}", effects=withdraw)
 
     def _spider_error(self, job: DrivenJob) -> str:
         assert job.spider_id is not None

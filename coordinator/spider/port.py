@@ -10,9 +10,10 @@ helpers at the bottom of this module, which follow them:
 
 * ``start_job``: not idempotent (a started job answers INTERNAL, an evicted terminal one NOT_FOUND).
   Ask ``get_job_state`` first and start only a ``READY`` job (``start_if_ready``).
-* ``cancel_job``: never in ``COMMIT_READY`` when the graph has no cleanup task (CLP's never has):
-  on a real cluster that shuts the storage server down. Never on a terminal job. Ask first
-  (``cancel_if_safe``).
+* ``cancel_job``: never in ``COMMIT_READY`` when the graph has no cleanup task (CLP's Rust
+  coordinator's never has), never in ``READY`` when it has one: on a real cluster either shuts the
+  storage server down. Never on a terminal job. Ask first (``cancel_if_safe``); only a graph with a
+  cleanup task makes the state read and the call safe together.
 * ``get_job_outputs``: only after ``SUCCEEDED``; ``get_job_error`` only after ``FAILED``.
 * ``register_job``: **not idempotent** and there is no lookup; never retry the call after an
   ambiguous failure, and persist the returned id at once. (The coordinator registers such a job
@@ -132,14 +133,28 @@ def start_if_ready(spider: SpiderPort, job_id: int) -> JobState:
     return spider.start_job(job_id)
 
 
-def cancel_if_safe(spider: SpiderPort, job_id: int) -> JobState:
+def cancel_if_safe(spider: SpiderPort, job_id: int, *, cleanup_task: bool = False) -> JobState:
     """Cancel the job when Spider can do so safely; the state it is in afterwards.
 
-    Cancels in ``READY`` and ``RUNNING``; in ``COMMIT_READY`` (a CLP graph has no cleanup task) and
-    in terminal states it does nothing and returns the state, so the caller waits for the outcome.
-    Raises ``JobNotFound`` and transport errors.
+    Spider's CancelJob is not conditional: between the state read here and the call, the job may
+    move on (its last task succeeds: ``RUNNING`` → ``COMMIT_READY``), so what is safe depends on
+    the graph (``spider-contract.md`` §8):
+
+    * ``cleanup_task=True`` (the coordinator's graphs carry ``compression::cleanup``): cancels in
+      ``RUNNING`` and ``COMMIT_READY`` (both → ``CLEANUP_READY``). Whatever the job does between
+      the read and the call leaves CancelJob harmless: ``COMMIT_READY``, ``CLEANUP_READY``
+      (a non-fatal INTERNAL) or terminal (a non-fatal INTERNAL, or its state once evicted); no
+      state leads back to ``READY``. The window is closed.
+    * ``cleanup_task=False`` (a graph that may have none, e.g. submitted by an earlier version):
+      cancels in ``RUNNING`` only. For a graph without a cleanup task the window remains: nothing
+      a client can do closes it, which is why the coordinator's graphs carry one.
+
+    ``READY`` is never cancelled (fatal with a cleanup task): the caller starts the job first
+    (``start_if_ready``) or leaves it, an orphan Spider tolerates. Every other state is returned as
+    it is. Raises ``JobNotFound``, transport errors, and ``ServerError`` when the job became
+    terminal (or was cancelled by someone else) meanwhile.
     """
     state = spider.get_job_state(job_id)
-    if state in (JobState.READY, JobState.RUNNING):
+    if state is JobState.RUNNING or (cleanup_task and state is JobState.COMMIT_READY):
         return spider.cancel_job(job_id)
     return state

@@ -16,8 +16,23 @@
 
 CLP's graph (``build_compression_job``): one ``clp``/``compression::clp_s_s3_compress`` input task
 per partition with inputs ``ClpSCompressionOption``, ``Option<String>``, ``S3InputSource`` and
-output ``CompressionTaskOutput``, the ``compression::commit`` commit task, no cleanup task; its job
-inputs are ``[option, dataset, source]`` per task.
+output ``CompressionTaskOutput``, the ``compression::commit`` commit task; its job inputs are
+``[option, dataset, source]`` per task.
+
+**The cleanup task.** CLP's Rust coordinator sends ``cleanup_task: null``; the coordinator's graphs
+carry ``clp``/``compression::cleanup`` (``cleanup_task=False`` gives CLP's graph byte for byte).
+Spider's CancelJob is unconditional, and without a cleanup task it is fatal in ``CommitReady``
+(the storage server shuts down), a state a Running job enters on its own at any moment: no state
+read before the call can make it safe. With a cleanup task Spider cancels ``Running`` and
+``CommitReady`` jobs alike (→ ``CleanupReady``, the cleanup runs, → ``Cancelled``; its failure →
+``Failed``), so cancelling is safe in every state a started job can be in; only ``Ready`` becomes
+fatal, and only the coordinator moves a job out of ``Ready`` (``coordinator.spider.port``). What
+it costs (``spider-contract.md`` §5, §8): Spider gives the cleanup no inputs, and its own executor
+rejects an input buffer under 4 bytes, and CLP's Rust package (``clp-tdl-package``) has no
+``compression::cleanup``; on a cluster a cancelled job may therefore end ``Failed`` (the cleanup's
+failure) instead of ``Cancelled``, which the coordinator handles as any Spider failure. The
+embedded engine and ``coordinator spider serve`` run this package's cleanup
+(``coordinator.tasks.cleanup``).
 """
 
 from __future__ import annotations
@@ -43,6 +58,7 @@ SCHEMA_VERSION = "0.1.0"
 CLP_PACKAGE = "clp"
 COMPRESS_TASK = "compression::clp_s_s3_compress"
 COMMIT_TASK = "compression::commit"
+CLEANUP_TASK = "compression::cleanup"
 COMPRESS_INPUT_TYPES = ("ClpSCompressionOption", "Option<String>", "S3InputSource")
 COMPRESS_OUTPUT_TYPE = "CompressionTaskOutput"
 
@@ -190,8 +206,11 @@ def build_compression_job(
     *,
     compression_task_max_retry: int,
     commit_policy: ExecutionPolicy,
+    cleanup_task: bool = True,
 ) -> JobSubmission:
-    """CLP's compression job: one compress task per partition (``sources``) and the commit task.
+    """CLP's compression job: one compress task per partition (``sources``) and the commit task;
+    with ``cleanup_task`` (the default), the ``compression::cleanup`` task with the commit's policy
+    (module docstring); without, CLP's graph exactly.
 
     Raises ``InvalidTaskGraph`` for no partitions, ``InvalidExecutionPolicy`` for a retry count
     outside u32, and ``WireFormatError`` for a source whose authentication tasks cannot receive.
@@ -215,6 +234,9 @@ def build_compression_job(
     graph = TaskGraph(
         tasks=tuple(tasks),
         commit_task=TerminationTask(TdlContext(CLP_PACKAGE, COMMIT_TASK), commit_policy),
+        cleanup_task=TerminationTask(TdlContext(CLP_PACKAGE, CLEANUP_TASK), commit_policy)
+        if cleanup_task
+        else None,
     )
     return JobSubmission(graph, tuple(inputs))
 

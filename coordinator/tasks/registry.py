@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from coordinator.tasks.cleanup import cleanup
 from coordinator.tasks.commit import commit
 from coordinator.tasks.compress import clp_s_s3_compress
 from coordinator.tasks.context import TaskContext
@@ -19,6 +20,7 @@ TaskFunction = Callable[[TaskContext, Sequence[bytes]], list[bytes]]
 CLP_PACKAGE = "clp"
 COMPRESS = "compression::clp_s_s3_compress"
 COMMIT = "compression::commit"
+CLEANUP = "compression::cleanup"
 
 
 @dataclass(frozen=True)
@@ -40,5 +42,7 @@ class TaskPackage:
 
 
 def clp_package() -> TaskPackage:
-    """CLP's package: compress and commit."""
-    return TaskPackage(CLP_PACKAGE, {COMPRESS: clp_s_s3_compress, COMMIT: commit})
+    """CLP's package: compress and commit, and the coordinator's cleanup (not in CLP's)."""
+    return TaskPackage(
+        CLP_PACKAGE, {COMPRESS: clp_s_s3_compress, COMMIT: commit, CLEANUP: cleanup}
+    )

@@ -1,0 +1,298 @@
+"""Cancels are exact, CancelJob never reaches a job Spider cannot cancel, finalising needs evidence.
+
+Real clp-s on the embedded engine, in-process and over Spider's gRPC protocol, on SQLite and
+MariaDB. Each scenario reproduces an attack on the coordinator of before:
+
+* a coordinator paused past its lease while a cancel was requested: the new owner logged "cancel
+  requested" (the job was CommitReady, so nothing was sent) and the job ended Succeeded;
+* the job reaching CommitReady between the coordinator's state read and its CancelJob: CancelJob
+  reached a CommitReady job without a cleanup task (a real Spider shuts its storage down);
+* a Committed job finalised Succeeded although none (or only some) of its archives were published.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+from sqlalchemy import Table, delete, update
+
+from coordinator.config.loader import CoordinatorConfig
+from coordinator.lifecycle import JobStatus
+from coordinator.service.coordinator import UNPUBLISHED
+from coordinator.service.ingest import submit_job
+from coordinator.service.runtime import Runtime
+from coordinator.spider.embedded.faults import Fault
+from coordinator.spider.port import JobState, ServerError, SpiderPort, Unavailable
+from coordinator.store.clock import utc_now
+from coordinator.store.datasets import archives_table, files_table
+from coordinator.store.jobs import job_state
+from coordinator.store.leases import request_cancel
+from coordinator.store.schema import CompressionJob
+from tests.engine_support import wait_for
+from tests.service_support import (
+    TRANSPORTS,
+    SpiderProxy,
+    archive_files,
+    coordinator_with,
+    embedded,
+    job_row,
+    published,
+    put_logs,
+    records,
+    runtime_over,
+    tick_until,
+    triggers,
+    with_target_archive_size,
+)
+
+DATASET = "web"
+SPIDER_CANCELLED = "The Spider compression job was cancelled."
+WITHDRAWN = " The published archives were withdrawn."
+REMAINDER_WITHDRAWN = " Whatever of them was still published was withdrawn."
+FATAL = "would shut down"
+"""What the embedded engine says when it refuses a CancelJob on which a real Spider's storage
+server would shut down (CommitReady without a cleanup task, Ready with one)."""
+TERMINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+_jobs = cast(Table, CompressionJob.__table__)
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    """Every scenario runs twice: engine in-process, and over Spider's gRPC protocol."""
+    return str(request.param)
+
+
+@pytest.fixture
+def two_objects(config: CoordinatorConfig, tmp_path: Path) -> CoordinatorConfig:
+    """Two log files, one task each, and a commit that Spider kills after 4 s when it hangs."""
+    put_logs(config, tmp_path, ["svc0", "svc1"])
+    settings = config.compression_coordinator.model_copy(
+        update={"commit_task_soft_timeout_secs": 2, "commit_task_hard_timeout_secs": 4}
+    )
+    config = with_target_archive_size(config, 1)
+    return dataclasses.replace(
+        config, clp=config.clp.model_copy(update={"compression_coordinator": settings})
+    )
+
+
+def _spider_id(rt: Runtime, job_id: int) -> int:
+    spider_id = job_row(rt, job_id).spider_id
+    assert spider_id is not None
+    return spider_id
+
+
+def _status(rt: Runtime, job_id: int) -> JobStatus:
+    return job_state(job_row(rt, job_id))
+
+
+def _ended(rt: Runtime, job_id: int) -> bool:
+    return _status(rt, job_id).is_terminal
+
+
+class _RefusalRecorder(SpiderProxy):
+    """Records every CancelJob a real Spider would have answered by shutting its storage down."""
+
+    def __init__(self, inner: SpiderPort) -> None:
+        super().__init__(inner)
+        self.fatal: list[str] = []
+        self.cancelled_in: list[JobState] = []
+
+    def cancel_job(self, job_id: int) -> JobState:
+        self.cancelled_in.append(self.inner.get_job_state(job_id))
+        try:
+            return self.inner.cancel_job(job_id)
+        except ServerError as error:
+            if FATAL in str(error):
+                self.fatal.append(str(error))
+            raise
+
+
+class _CommitReadyBeforeCancel(_RefusalRecorder):
+    """Forces the interleaving: between the coordinator's state read and its CancelJob, the job's
+    last task succeeds and the job becomes CommitReady (the commit then hangs)."""
+
+    def cancel_job(self, job_id: int) -> JobState:
+        wait_for(self.inner, job_id, JobState.COMMIT_READY, *TERMINAL, timeout=30)
+        return super().cancel_job(job_id)
+
+
+class _HeldStart(_RefusalRecorder):
+    """StartJob is unavailable until ``release`` is set (the job stays Ready meanwhile)."""
+
+    def __init__(self, inner: SpiderPort) -> None:
+        super().__init__(inner)
+        self.release = threading.Event()
+
+    def start_job(self, job_id: int) -> JobState:
+        if not self.release.is_set():
+            raise Unavailable("injected: StartJob unavailable")
+        return self.inner.start_job(job_id)
+
+
+@pytest.fixture
+def rt(two_objects: CoordinatorConfig, transport: str) -> Iterator[Runtime]:
+    """The runtime, its coordinator holding leases of 0.5 s (a pause soon outlives them)."""
+    with runtime_over(transport, two_objects, 0.5) as runtime:
+        yield runtime
+
+
+# --- 1. cancels are exact ------------------------------------------------------------------------
+
+
+def test_a_cancel_after_the_commit_survives_a_takeover_and_rolls_the_job_back(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    config = two_objects
+    job_id = submit_job(config, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    # The commit publishes, then hangs: the job is Committed and Spider still CommitReady.
+    embedded(rt).inject(Fault("hard_timeout", task="commit", after_effects=True))
+    paused = rt.coordinator
+    tick_until(paused, lambda: _status(rt, job_id) is JobStatus.COMMITTED)
+    spider_id = _spider_id(rt, job_id)
+    assert rt.spider.get_job_state(spider_id) is JobState.COMMIT_READY
+    assert len(published(rt.engine, DATASET, spider_id)) == 2
+
+    # The coordinator pauses past its lease; an operator asks to cancel; another one takes over.
+    assert request_cancel(rt.engine, job_id, rt.store.clock())
+    spider = _RefusalRecorder(rt.spider)
+    successor = coordinator_with(rt, spider=spider, instance_id="coordinator-b")
+    tick_until(successor, lambda: _ended(rt, job_id), timeout=20)
+
+    row = job_row(rt, job_id)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, SPIDER_CANCELLED + WITHDRAWN)
+    history = rt.store.history(job_id)
+    assert [m.trigger for m in history] == ["submitted", "committed", "rolled_back"]
+    assert history[-1].actor_id == "coordinator-b"
+    assert spider.cancelled_in == [JobState.COMMIT_READY] and spider.fatal == []
+    assert rt.spider.get_job_state(spider_id) is JobState.CANCELLED
+    assert published(rt.engine, DATASET, spider_id) == []
+    assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
+
+    # The paused coordinator wakes up: its lease is gone, it writes nothing.
+    paused.tick()
+    assert job_id not in paused.driven
+    assert triggers(rt, job_id) == ["submitted", "committed", "rolled_back"]
+
+
+def test_a_cancel_of_a_recorded_job_spider_has_not_started_is_delivered(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    """Guards the one state a cleanup task makes fatal: the Ready job is started, then cancelled."""
+    job_id = submit_job(two_objects, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    spider = _HeldStart(rt.spider)
+    coordinator = coordinator_with(rt, spider=spider)
+    tick_until(coordinator, lambda: _status(rt, job_id) is JobStatus.RUNNING)
+    spider_id = _spider_id(rt, job_id)
+    assert rt.spider.get_job_state(spider_id) is JobState.READY
+    assert request_cancel(rt.engine, job_id, rt.store.clock())
+    coordinator.tick()  # StartJob still unavailable: nothing is cancelled in Ready
+    assert spider.cancelled_in == [] and not _ended(rt, job_id)
+
+    spider.release.set()
+    tick_until(coordinator, lambda: _ended(rt, job_id), timeout=20)
+    row = job_row(rt, job_id)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, SPIDER_CANCELLED)
+    assert spider.fatal == [] and JobState.READY not in spider.cancelled_in
+    assert rt.spider.get_job_state(spider_id) is JobState.CANCELLED
+
+
+# --- 2. CancelJob never reaches a job Spider cannot cancel ----------------------------------------
+
+
+def test_cancel_job_is_safe_when_the_job_reaches_commit_ready_after_the_state_read(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    config = two_objects
+    job_id = submit_job(config, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    embedded(rt).inject(Fault("hard_timeout", task="commit"))  # the job stays CommitReady
+    spider = _CommitReadyBeforeCancel(rt.spider)
+    coordinator = coordinator_with(rt, spider=spider)
+    tick_until(coordinator, lambda: _status(rt, job_id) is JobStatus.RUNNING)
+    assert request_cancel(rt.engine, job_id, rt.store.clock())
+    tick_until(coordinator, lambda: _ended(rt, job_id), timeout=20)
+
+    assert spider.fatal == [], "CancelJob reached a job Spider cannot cancel"
+    assert spider.cancelled_in == [JobState.COMMIT_READY]  # the interleaving was forced
+    row = job_row(rt, job_id)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, SPIDER_CANCELLED)
+    assert triggers(rt, job_id) == ["submitted", "killed"]
+    spider_id = _spider_id(rt, job_id)
+    assert rt.spider.get_job_state(spider_id) is JobState.CANCELLED
+    assert published(rt.engine, DATASET, spider_id) == []
+    assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
+
+
+# --- 3. finalising needs evidence -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("removed", ["all", "one"])
+def test_a_committed_job_whose_published_archives_were_deleted_ends_failed(
+    rt: Runtime, two_objects: CoordinatorConfig, removed: str
+) -> None:
+    config = two_objects
+    job_id = submit_job(config, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    tick_until(rt.coordinator, lambda: _status(rt, job_id) is not JobStatus.PENDING)
+    spider_id = _spider_id(rt, job_id)
+    # The coordinator is not ticked: Spider finishes; the rows are deleted before the next poll.
+    assert wait_for(rt.spider, spider_id, *TERMINAL) is JobState.SUCCEEDED
+    assert _status(rt, job_id) is JobStatus.COMMITTED
+    rows = published(rt.engine, DATASET, spider_id)
+    assert len(rows) == 2
+    gone = [r.id for r in rows] if removed == "all" else [rows[0].id]
+    with rt.engine.begin() as connection:
+        connection.execute(
+            delete(files_table(DATASET)).where(files_table(DATASET).c.archive_id.in_(gone))
+        )
+        connection.execute(
+            delete(archives_table(DATASET)).where(archives_table(DATASET).c.id.in_(gone))
+        )
+    tick_until(rt.coordinator, lambda: _ended(rt, job_id), timeout=20)
+
+    row = job_row(rt, job_id)
+    if removed == "all":
+        gap = "none of its archives is published"
+    else:
+        kept = rows[1]
+        gap = (
+            f"its 1 published archive(s) total {kept.size} bytes but the commit published "
+            f"{row.compressed_size} bytes (some were removed)"
+        )
+    assert (row.status, row.status_msg) == (
+        JobStatus.FAILED,
+        UNPUBLISHED.format(gap) + REMAINDER_WITHDRAWN,
+    )
+    assert triggers(rt, job_id) == ["submitted", "committed", "rolled_back"]
+    assert published(rt.engine, DATASET, spider_id) == []
+    assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
+
+
+def test_a_commit_marker_without_archives_is_not_finalised(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    config = two_objects
+    job_id = submit_job(config, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    spider = _HeldStart(rt.spider)
+    coordinator = coordinator_with(rt, spider=spider)
+    tick_until(coordinator, lambda: _status(rt, job_id) is JobStatus.RUNNING)
+    # Before any task runs, another writer marks the row Committed (no archive is published).
+    with rt.engine.begin() as connection:
+        connection.execute(update(_jobs).where(_jobs.c.id == job_id).values(committed_at=utc_now()))
+    assert _status(rt, job_id) is JobStatus.COMMITTED
+    spider.release.set()
+    tick_until(coordinator, lambda: _ended(rt, job_id), timeout=20)
+
+    spider_id = _spider_id(rt, job_id)
+    assert rt.spider.get_job_state(spider_id) is JobState.SUCCEEDED  # its commit did nothing
+    row = job_row(rt, job_id)
+    assert (row.status, row.status_msg) == (
+        JobStatus.FAILED,
+        UNPUBLISHED.format("none of its archives is published") + REMAINDER_WITHDRAWN,
+    )
+    assert triggers(rt, job_id) == ["submitted", "rolled_back"]
+    assert published(rt.engine, DATASET, spider_id) == []
+    assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
