@@ -30,7 +30,7 @@ from sqlalchemy import Engine, Table, update
 
 from coordinator.cli import jobs as job_commands
 from coordinator.cli.main import main
-from coordinator.config.loader import CoordinatorConfig
+from coordinator.config.loader import ConfigError, CoordinatorConfig
 from coordinator.config.locations import local_store_endpoint
 from coordinator.job_config import MAX_DECOMPRESSED_BYTES
 from coordinator.lifecycle import JobStatus
@@ -430,6 +430,28 @@ def test_an_array_key_neither_stops_the_start_nor_the_loop(
             assert raw_rows(rt.engine, [poisoned]) == before
         else:
             assert job_state(job_row(rt, poisoned)) is JobStatus.FAILED
+
+
+def test_an_endpoint_that_is_not_a_url_is_a_refusal_at_start_not_a_traceback(
+    config: CoordinatorConfig, tmp_path: Path
+) -> None:
+    """``urlsplit`` raises on ``http://[::1``, and so did the embedded default's start-up check."""
+    put_logs(config, tmp_path, ["svc0"])
+    with open_runtime(config, lease_secs=5) as rt:
+        case = Case(
+            "not_a_url",
+            lambda ctx: _with_input(ctx, endpoint_url="http://[::1"),
+            None,
+            lambda _: "",
+        )
+        job_id, _ = _insert(config, rt.engine, case)
+        before = raw_rows(rt.engine, [job_id])
+        rt.coordinator.run(until_idle=True)  # left Pending: it names no local store
+        assert raw_rows(rt.engine, [job_id]) == before
+    with pytest.raises(
+        ConfigError, match=f"Pending log-ingestor compression job\\(s\\) \\(id {job_id}\\)"
+    ):
+        open_runtime(config, lease_secs=5)
 
 
 def test_show_and_jobs_display_an_undecodable_row(

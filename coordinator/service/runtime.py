@@ -127,7 +127,10 @@ def leaves_jobs_not_naming(store: Path) -> Callable[[bytes], str | None]:
             job_endpoint = peek_endpoint_url(clp_config)
         except UndecodableJobConfig:
             return None  # ownership of undecodable blobs is decided elsewhere
-        named = local_store_named(job_endpoint)
+        try:
+            named = local_store_named(job_endpoint)
+        except ValueError:  # not a URL at all (``http://[::1``): it names no local store
+            named = None
         if named is not None and is_same_store(named, store):
             return None
         where = f"endpoint_url {job_endpoint}" if job_endpoint else "S3 (no endpoint_url)"
