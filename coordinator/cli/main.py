@@ -45,6 +45,7 @@ from coordinator.service.ingest import (
     put_files,
     submit_job,
 )
+from coordinator.service.outage import describe_error
 from coordinator.service.runtime import (
     archive_output_of,
     open_engine,
@@ -93,24 +94,13 @@ def _explain(error: Exception) -> tuple[int, str] | None:
                 f"({_first_line(error)}); use mysql+pymysql://… or sqlite:///…"
             )
         case DBAPIError():
-            explained = 1, f"cannot use the database: {_driver_message(error)}"
+            explained = 1, f"cannot use the database: {describe_error(error)}"
         case OSError():
             where = f" {error.filename}" if error.filename else ""
             explained = 1, f"cannot use{where}: {error.strerror or error}"
         case _:
             return None
     return explained
-
-
-def _driver_message(error: DBAPIError) -> str:
-    """The driver's own words (never the URL, whose password SQLAlchemy may echo)."""
-    original = error.orig
-    if original is not None and original.args:
-        arguments = original.args
-        if len(arguments) >= 2 and isinstance(arguments[0], int):
-            return f"{arguments[1]} (error {arguments[0]})"
-        return _first_line(original)
-    return _first_line(error)
 
 
 def _first_line(error: BaseException) -> str:

@@ -87,6 +87,7 @@ from coordinator.service.cleanup import (
 )
 from coordinator.service.crashpoints import crashpoint
 from coordinator.service.logs import job_fields
+from coordinator.service.outage import Outage
 from coordinator.service.prepare import JobRejected, PreparedJob, dataset_of, prepare
 from coordinator.service.resource_group import ResourceGroup, ResourceGroupUnavailable
 from coordinator.spider.port import (
@@ -219,12 +220,12 @@ class Coordinator:
     def run(self, *, until_idle: bool = False) -> None:
         """Tick until ``stopping`` is set (or, with ``until_idle``, nothing is left to do)."""
         interval = self.settings.job_polling_interval_millisecs / 1000
+        outage = Outage("the database", _log, clock=self._monotonic)
         while not self.stopping.is_set():
             try:
                 report = self.tick()
-            except SQLAlchemyError:
-                _log.exception("database unavailable; retrying")
-                self.stopping.wait(max(interval, 1.0))
+            except SQLAlchemyError as error:
+                self.stopping.wait(outage.failed(error))
                 continue
             except Exception:
                 # Nothing a row holds may stop the service: a bug outside one job's handling is
@@ -232,6 +233,7 @@ class Coordinator:
                 _log.exception("unexpected error in a tick; retrying")
                 self.stopping.wait(max(interval, 1.0))
                 continue
+            outage.recovered()
             # A tick that concluded a job claimed before the job freed its place: tick again.
             if until_idle and not self.driven and report.claimed == 0 and not report.concluded:
                 break

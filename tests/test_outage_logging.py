@@ -1,0 +1,104 @@
+"""A database outage is logged once, summarised with back-off, and its end reported.
+
+Before, the service logged a traceback on every failed tick (one a second) for as long as the
+database was down.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import cast
+
+import pytest
+from sqlalchemy.exc import SQLAlchemyError
+
+from coordinator.config.loader import load_config
+from coordinator.service.coordinator import Coordinator
+from coordinator.service.outage import Outage
+from coordinator.service.runtime import archive_output_of
+from coordinator.spider.port import SpiderPort
+from coordinator.store import migrate
+from coordinator.store.database import create_database_engine
+
+LOGGER = "coordinator.service.coordinator"
+
+
+def _wait_for(condition: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_an_outage_is_one_line_then_summaries_at_growing_intervals(tmp_path: Path) -> None:
+    engine = create_database_engine(f"sqlite:///{tmp_path}/missing/directory/c.db")
+    with pytest.raises(SQLAlchemyError) as refused, engine.connect():
+        pass
+    now = [0.0]
+    records: list[logging.LogRecord] = []
+    log = logging.getLogger("test.outage")
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    log.addHandler(handler)
+    try:
+        outage = Outage("the database", log, clock=lambda: now[0])
+        pauses = []
+        for _ in range(9):
+            pauses.append(outage.failed(refused.value))
+            now[0] += pauses[-1]
+        outage.recovered()
+        outage.recovered()  # nothing more: the outage is over
+    finally:
+        log.removeHandler(handler)
+    assert pauses == [1, 2, 4, 8, 16, 30, 30, 30, 30]
+    messages = [record.getMessage() for record in records]
+    assert messages == [
+        "the database is unavailable (unable to open database file); retrying with back-off",
+        "the database still unavailable after 1 s (2 failed attempts, next in 2 s): "
+        "unable to open database file",
+        "the database still unavailable after 7 s (4 failed attempts, next in 8 s): "
+        "unable to open database file",
+        "the database still unavailable after 91 s (8 failed attempts, next in 30 s): "
+        "unable to open database file",
+        "the database is available again after 151 s (9 failed attempts)",
+    ]
+    assert all(record.exc_info is None for record in records)
+    engine.dispose()
+
+
+def test_the_service_logs_an_outage_without_tracebacks_and_reports_its_end(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    database = tmp_path / "later" / "coordinator.db"
+    engine = create_database_engine(f"sqlite:///{database}")
+    config = load_config(None, data_dir=tmp_path / "var")
+    coordinator = Coordinator(
+        engine=engine,
+        spider=cast(SpiderPort, object()),  # never reached: every tick fails at the database
+        settings=config.compression_coordinator,
+        archive_output=archive_output_of(config),
+        instance_id="outage",
+    )
+    thread = threading.Thread(target=coordinator.run)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        thread.start()
+        try:
+            _wait_for(lambda: len(caplog.records) >= 2)  # the first failure, then one summary
+            database.parent.mkdir()
+            migrate.upgrade(engine)
+            _wait_for(lambda: "available again" in caplog.records[-1].getMessage())
+        finally:
+            coordinator.stopping.set()
+            thread.join(timeout=30)
+    messages = [record.getMessage() for record in caplog.records if record.name == LOGGER]
+    assert messages[0] == (
+        "the database is unavailable (unable to open database file); retrying with back-off"
+    )
+    assert messages[1].startswith("the database still unavailable after ")
+    assert messages[2].startswith("the database is available again after ")
+    assert len(messages) == 3
+    assert all(record.exc_info is None for record in caplog.records)
+    engine.dispose()
