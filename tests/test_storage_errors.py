@@ -28,6 +28,10 @@ from moto import settings as moto_settings
 from moto.server import ThreadedMotoServer
 from sqlalchemy import Engine
 
+from coordinator.config.loader import CoordinatorConfig
+from coordinator.lifecycle import JobStatus
+from coordinator.service.ingest import submit_job
+from coordinator.store.jobs import job_state
 from coordinator.task_io import AwsCredentials, CredentialsAuthentication
 from coordinator.tasks.archive_storage import (
     S3_ATTEMPTS,
@@ -45,6 +49,13 @@ from coordinator.tasks.context import (
 )
 from tests.s3_server import s3_client, s3_endpoint
 from tests.sample_logs import write_json_logs
+from tests.service_support import (
+    coordinator_with,
+    job_row,
+    put_logs,
+    run_until_idle,
+    runtime_over,
+)
 from tests.test_compress_task import (
     INPUT_CREDENTIALS,
     JOB_ID,
@@ -66,13 +77,14 @@ def worker_database_url(migrated_engine: Engine) -> str:
 
 
 @pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
-    """Mounts a tmpfs of the given size (``"64k"``) per call; skips when this process cannot."""
+def small_tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """Mounts a tmpfs of the given size (``"64k"``) per call, at ``point`` or a new directory;
+    skips the test when this process cannot."""
     mounted: list[Path] = []
 
-    def mount(size: str) -> Path:
-        point = tmp_path / f"tmpfs-{len(mounted)}"
-        point.mkdir()
+    def mount(size: str, point: Path | None = None) -> Path:
+        point = point or tmp_path / f"tmpfs-{len(mounted)}"
+        point.mkdir(parents=True, exist_ok=True)
         if os.geteuid() != 0 or shutil.which("mount") is None:
             pytest.skip("a full file system needs root to mount a small tmpfs; not root here")
         done = subprocess.run(
@@ -116,7 +128,7 @@ def test_a_full_archive_output_fails_the_task_saying_no_space_left_and_leaves_no
     migrated_engine: Engine,
     worker_database_url: str,
     tmp_path: Path,
-    small_tmpfs: Callable[[str], Path],
+    small_tmpfs: Callable[..., Path],
 ) -> None:
     archives = small_tmpfs("64k")
     (archives / "web_logs").mkdir()
@@ -139,7 +151,7 @@ def test_a_full_archive_output_fails_the_task_saying_no_space_left_and_leaves_no
 
 
 def test_a_full_staging_directory_fails_clp_s_saying_no_space_left(
-    tmp_path: Path, small_tmpfs: Callable[[str], Path]
+    tmp_path: Path, small_tmpfs: Callable[..., Path]
 ) -> None:
     staging = small_tmpfs("32k")
     write_json_logs(tmp_path / "objects" / "logs" / "a.jsonl", 5000)
@@ -378,3 +390,25 @@ def test_a_lasting_outage_fails_within_the_bound_saying_so(tmp_path: Path) -> No
         f"{S3_ATTEMPTS} attempt(s) over "
     )
     assert f'Could not connect to the endpoint URL: "{endpoint}/archives/p/ds/a-7"' in message
+
+
+# --- the job's status_msg ----------------------------------------------------------------------
+
+
+def test_a_job_whose_archive_disk_is_full_fails_with_a_status_msg_saying_so(
+    config: CoordinatorConfig, tmp_path: Path, small_tmpfs: Callable[..., Path]
+) -> None:
+    """The whole way: the coordinator, the embedded engine, the task, its error, the row."""
+    archives = small_tmpfs("64k", Path(config.archive_directory))
+    _fill(archives)
+    put_logs(config, tmp_path, ["svc0"])
+    with runtime_over("embedded", config, lease_secs=5) as rt:
+        job_id = submit_job(config, rt.engine, timestamp_key="timestamp")
+        run_until_idle(coordinator_with(rt), timeout=60)
+        row = job_row(rt, job_id)
+    assert job_state(row) is JobStatus.FAILED
+    assert row.status_msg.startswith("The Spider compression job failed: ")
+    assert "cannot store archive " in row.status_msg
+    assert f" to {archives}/default/" in row.status_msg
+    assert row.status_msg.endswith(": no space left on device (errno 28)")
+    assert [p for p in archives.rglob("*") if p.is_file()] == [archives / "filler"]
