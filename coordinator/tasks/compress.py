@@ -73,6 +73,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections import deque
@@ -375,7 +376,7 @@ def _run_clp_s(
     stderr_tail: deque[str] = deque(maxlen=50)
     try:
         process = subprocess.Popen(
-            command,
+            _dying_with_parent(command),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -552,6 +553,19 @@ def _owning_job(engine: Engine, spider_job_id: int) -> int | None:
         return None
     except SQLAlchemyError as error:
         raise TaskError(f"cannot look up the job of Spider job {spider_job_id}: {error}") from error
+
+
+def _dying_with_parent(command: Sequence[str]) -> list[str]:
+    """``command`` made to die with the executor: a SIGKILLed coordinator's clp-s must not run on.
+
+    On Linux, ``setpriv --pdeathsig KILL`` (util-linux) execs clp-s with the parent-death signal
+    set; elsewhere, or when clp-s cannot be found (so that its own error stays the one reported),
+    the command is unchanged.
+    """
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    if setpriv is None or shutil.which(command[0]) is None:
+        return list(command)
+    return [setpriv, "--pdeathsig", "KILL", "--", *command]
 
 
 def _roll_back(
