@@ -21,11 +21,11 @@ from typing import cast
 import pytest
 from sqlalchemy import Table, delete, update
 
-from coordinator.config.loader import CoordinatorConfig
+from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import UNPUBLISHED
 from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import Runtime
+from coordinator.service.runtime import Runtime, cleanup_task_of
 from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.port import JobState, ServerError, SpiderPort, Unavailable
 from coordinator.store.clock import utc_now
@@ -296,3 +296,23 @@ def test_a_commit_marker_without_archives_is_not_finalised(
     assert triggers(rt, job_id) == ["submitted", "rolled_back"]
     assert published(rt.engine, DATASET, spider_id) == []
     assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
+
+
+
+def test_the_cleanup_task_follows_the_engine_unless_configured(tmp_path: Path) -> None:
+    """CLP's own task package (on a Spider cluster) has no compression::cleanup: graphs for a
+    cluster are CLP's exactly unless ``coordinator.cleanup_task`` says the workers run ours."""
+    embedded = load_config(None, data_dir=tmp_path / "var")
+    cluster = dataclasses.replace(embedded, engine="spider")
+    ours = dataclasses.replace(
+        cluster, extras=cluster.extras.model_copy(update={"cleanup_task": True})
+    )
+    plain = dataclasses.replace(
+        embedded, extras=embedded.extras.model_copy(update={"cleanup_task": False})
+    )
+    assert [cleanup_task_of(c) for c in (embedded, cluster, ours, plain)] == [
+        True,
+        False,
+        True,
+        False,
+    ]

@@ -394,8 +394,8 @@ def test_the_coordinator_section(tmp_path: Path) -> None:
     assert config.extras.instance_id == "coordinator-a"
     assert problems_of(config_file(tmp_path, "coordinator: {engin: spider}")) == [
         "coordinator.engin: unknown key; the section takes engine, embedded_workers, data_dir, "
-        "object_store_directory, log_format, instance_id, committed_status, max_job_attempts, "
-        "legacy_scheduler"
+        "object_store_directory, log_format, instance_id, committed_status, cleanup_task, "
+        "max_job_attempts, legacy_scheduler"
     ]
     assert problems_of(config_file(tmp_path, "coordinator: {log_format: xml}")) == [
         "coordinator.log_format: Input should be 'text' or 'json'"

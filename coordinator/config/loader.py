@@ -140,6 +140,14 @@ class CoordinatorExtras(BaseModel):
     ``committed_at`` marker, so CLP's readers see a job in progress) or ``distinct`` (status 5,
     only for a CLP whose readers know that value)."""
 
+    cleanup_task: bool | None = None
+    """Whether task graphs carry the coordinator's ``compression::cleanup`` task, with which
+    Spider lets a job be cancelled in CommitReady too (without it, CancelJob in CommitReady shuts
+    a real Spider's storage down, so a cancel is sent only to a Running job). Unset: yes with the
+    embedded engine; no with a Spider cluster, whose workers may run CLP's own task package, which
+    has no such task (set it for workers running this coordinator's package:
+    ``coordinator spider serve``)."""
+
     max_job_attempts: Annotated[int, Field(ge=1, le=100)] = 5
     """How often a job is tried after an error that is not an outage (a table that cannot be
     created, an unexpected error) before it ends Failed with that error; attempts back off from 1 s

@@ -188,6 +188,7 @@ class Coordinator:
         lease_duration: timedelta = timedelta(seconds=30),
         owns_undecodable_jobs: bool = False,
         max_attempts: int = 5,
+        cleanup_task: bool = True,
         leaves_job: Callable[[bytes], str | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -200,6 +201,9 @@ class Coordinator:
         self.lease_duration = lease_duration
         self.owns_undecodable_jobs = owns_undecodable_jobs
         self.max_attempts = max_attempts
+        # Whether graphs carry compression::cleanup, which makes CancelJob safe in CommitReady;
+        # CLP's own task package (on a Spider cluster) has no such task.
+        self.cleanup_task = cleanup_task
         # Why an s3_object_metadata job is not this coordinator's after all (None: it is); the
         # embedded default leaves jobs that do not name its local object store (runtime.py).
         self.leaves_job = leaves_job
@@ -433,10 +437,12 @@ class Coordinator:
             if job.spider_id is None or job.status not in (JobStatus.RUNNING, JobStatus.COMMITTED):
                 continue
             try:
-                state = cancel_if_safe(self.spider, job.spider_id, cleanup_task=True)
+                state = cancel_if_safe(self.spider, job.spider_id, cleanup_task=self.cleanup_task)
                 if state is JobState.READY:
                     start_if_ready(self.spider, job.spider_id)
-                    state = cancel_if_safe(self.spider, job.spider_id, cleanup_task=True)
+                    state = cancel_if_safe(
+                        self.spider, job.spider_id, cleanup_task=self.cleanup_task
+                    )
             except SpiderError as error:
                 # E.g. the job became terminal meanwhile (still cached): the poll concludes it.
                 _log.warning("cancel request not delivered yet: %s", error, extra=job.log())
@@ -475,7 +481,9 @@ class Coordinator:
             self._move(job, "cancelled", JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION)
             return None
         try:
-            prepared = prepare(self.engine, job.clp_config, self.settings)
+            prepared = prepare(
+                self.engine, job.clp_config, self.settings, cleanup_task=self.cleanup_task
+            )
         except JobRejected as rejection:
             self._move(job, "rejected", JobStatus.FAILED, str(rejection))
             return None

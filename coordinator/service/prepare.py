@@ -79,8 +79,16 @@ def largest_stored_id(engine: Engine) -> int:
     return SQLITE_INTEGER_MAX if engine.dialect.name == "sqlite" else U64_MAX
 
 
-def prepare(engine: Engine, clp_config: bytes, settings: CompressionCoordinator) -> PreparedJob:
+def prepare(
+    engine: Engine,
+    clp_config: bytes,
+    settings: CompressionCoordinator,
+    *,
+    cleanup_task: bool = True,
+) -> PreparedJob:
     """The Spider submission for a job; raises ``JobRejected`` with the operator's message.
+
+    ``cleanup_task``: whether the graph carries the coordinator's ``compression::cleanup`` task.
 
     Database errors propagate (the job stays Pending and is tried again).
     """
@@ -166,6 +174,7 @@ def prepare(engine: Engine, clp_config: bytes, settings: CompressionCoordinator)
                 settings.commit_task_soft_timeout_secs,
                 settings.commit_task_hard_timeout_secs,
             ),
+            cleanup_task=cleanup_task,
         )
     except (InvalidExecutionPolicy, WireFormatError) as error:
         raise JobRejected(

@@ -300,11 +300,23 @@ def open_runtime(
         lease_duration=timedelta(seconds=lease_secs),
         owns_undecodable_jobs=standalone,
         max_attempts=config.extras.max_job_attempts,
+        cleanup_task=cleanup_task_of(config),
         leaves_job=leaves_jobs_not_naming(config.object_store_directory) if standalone else None,
     )
     return Runtime(
         config, engine, JobStore(engine), spider, coordinator, embedded, client, presence
     )
+
+
+def cleanup_task_of(config: CoordinatorConfig) -> bool:
+    """Whether the graphs carry ``compression::cleanup`` (``coordinator.cleanup_task``).
+
+    Unset: only with the embedded engine, whose task package is this coordinator's; a Spider
+    cluster's workers may run CLP's own package, which has no cleanup task.
+    """
+    if config.extras.cleanup_task is not None:
+        return config.extras.cleanup_task
+    return config.engine == "embedded"
 
 
 def _warn_about_upstream_requirements(config: CoordinatorConfig) -> None:
