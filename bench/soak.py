@@ -87,6 +87,7 @@ SWEEP_GRACE_SECS = 60.0
 """The coordinator's sweep settles records older than this (``SWEEP_INTERVAL_SECS``)."""
 MONITOR_INTERVAL_SECS = 0.5
 STOP_TIMEOUT_SECS = 45.0
+SETTLER_TIMEOUT_SECS = 180.0
 DETAILS_SHOWN = 20
 
 
@@ -289,8 +290,11 @@ class Incarnation:
 
 
 class Replica:
-    def __init__(self, name: str, config: Path, log: Path, url: str) -> None:
+    def __init__(
+        self, name: str, config: Path, log: Path, url: str, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.name = name
+        self.extra_args = extra_args
         self.config = config
         self.log_path = log
         self.url = url
@@ -307,6 +311,7 @@ class Replica:
             if k not in ("COORDINATOR_HOME", "COORDINATOR_CRASH_AT", "COORDINATOR_DATABASE_URL")
         }
         environment["COORDINATOR_DATABASE_URL"] = self.url
+        environment["PYTHONFAULTHANDLER"] = "1"  # SIGABRT dumps every thread's stack
         return environment
 
     def start(self) -> Incarnation:
@@ -316,7 +321,15 @@ class Replica:
         self._log.write(f"=== soak: start at {time.time():.3f}\n")
         self._log.flush()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", "run", "--config", str(self.config)],
+            [
+                sys.executable,
+                "-m",
+                "coordinator",
+                "run",
+                "--config",
+                str(self.config),
+                *self.extra_args,
+            ],
             env=self.environment(),
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -612,31 +625,41 @@ def stop_all(replicas: list[Replica], problems: list[str], chaos: Chaos) -> None
         replica.close()
 
 
-def settle_by_sweep(setup: Setup, replicas: list[Replica], engine: Engine) -> str:
-    """Survivors run until the grace passed; then one ``run --until-idle`` sweeps."""
+def settle_by_sweep(
+    setup: Setup, engine: Engine, problems: list[str], timeout: float = SETTLER_TIMEOUT_SECS
+) -> str:
+    """Survivors run until the grace passed; then one ``run --until-idle`` sweeps (its first tick
+    does). If it does not return, its threads' stacks are dumped into its log (SIGABRT with
+    faulthandler on) before it is killed, and that is a problem."""
     last = last_record_time(engine)
     if last is not None:
         wait = last + SWEEP_GRACE_SECS + 2.0 - time.time()
         if wait > 0:
             print(f"soak: waiting {wait:.0f} s for the sweep's grace period", flush=True)
             time.sleep(wait)
+    log = setup.root / "logs" / "soak-settler.log"
     settler = Replica(
-        "soak-settler",
-        setup.configs["soak-settler"],
-        setup.root / "logs" / "soak-settler.log",
-        setup.url,
+        "soak-settler", setup.configs["soak-settler"], log, setup.url, ("--until-idle",)
     )
     settler.start()
-    assert settler.process is not None
+    process = settler.process
+    assert process is not None
     try:
-        settler.process.wait(timeout=300)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        settler.kill()
+        process.send_signal(signal.SIGABRT)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            settler.kill()
         settler.close()
-        return "the last run --until-idle did not finish within 300 s"
+        problems.append(
+            f"the last `coordinator run --until-idle` did not return within {timeout:.0f} s "
+            f"(every job terminal); its thread stacks are in {log}"
+        )
+        return f"the last run --until-idle did not return within {timeout:.0f} s"
     settler.close()
-    del replicas  # they keep running until stop_all
-    return f"last run --until-idle exited {settler.process.returncode}"
+    return f"last run --until-idle exited {process.returncode}"
 
 
 def settle_directly(setup: Setup, engine: Engine) -> str:
@@ -1094,7 +1117,7 @@ def soak(options: Options) -> bool:
         )
         settle_began = time.monotonic()
         if options.settle == "sweep" and chaos.quiescent_after is not None:
-            notes["settle"] = settle_by_sweep(setup, replicas, engine)
+            notes["settle"] = settle_by_sweep(setup, engine, problems)
             stop_all(replicas, problems, chaos)
         else:
             stop_all(replicas, problems, chaos)
