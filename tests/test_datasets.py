@@ -487,8 +487,8 @@ def test_migration_0005_completes_the_datasets_an_earlier_version_registered(
             )
     old_definitions = [_definition(engine, f"clp_old_{s}") for s in ("archives", "column_metadata")]
 
-    migrate.upgrade(engine)
-    migrate.upgrade(engine)  # at head: nothing to do
+    migrate.upgrade(engine, "0005")
+    migrate.upgrade(engine, "0005")  # at 0005: nothing to do
 
     tables = set(inspect(engine).get_table_names())
     assert {"clp_old_archives", "clp_old_files", "clp_old_column_metadata"} <= tables
