@@ -31,6 +31,10 @@ def test_the_quick_soak_passes(tmp_path: Path, mariadb_url: str) -> None:
             "--database",
             mariadb_url,
             "--quick",
+            # A kill between RegisterJob and recording the Spider id leaves a Ready engine job no
+            # compression job records (documented; seen about once in 30 quick runs): listed, but
+            # not failing this test. The full soak fails on it.
+            "--tolerate-interrupted-registrations",
             "--data-dir",
             str(tmp_path / "soak"),
         ],
