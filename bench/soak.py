@@ -415,6 +415,9 @@ class Monitor(threading.Thread):
         self.records: dict[int, SeenRecord] = {}
         self.instances: dict[str, tuple[str, int, float]] = {}
         """token → (name, pid, started_at as epoch seconds)."""
+        self.first_owner: dict[int, str] = {}
+        """Engine job → the owner it had when first seen (a restart's engine adopts a dead
+        owner's Ready jobs, so the current owner may not be the process that registered it)."""
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.errors = 0
@@ -441,6 +444,9 @@ class Monitor(threading.Thread):
                     "WHERE kind = 'coordinator'"
                 )
             ).all()
+            engine_jobs = connection.execute(
+                text("SELECT id, owner FROM spider_engine_jobs WHERE owner IS NOT NULL")
+            ).all()
         with self.lock:
             for row in records:
                 seen = self.records.get(row.id)
@@ -456,6 +462,8 @@ class Monitor(threading.Thread):
                 seen.job_id = seen.job_id if row.job_id is None else row.job_id
             for row in instances:
                 self.instances[row.token] = (row.name, int(row.pid), epoch(row.started_at))
+            for row in engine_jobs:
+                self.first_owner.setdefault(int(row.id), str(row.owner))
 
 
 def epoch(value: datetime) -> float:
@@ -936,10 +944,12 @@ def check_engine_jobs(
     by_id = {int(job.id): job for job in jobs}
     with monitor.lock:
         owners = dict(monitor.instances)
+        first_owner = dict(monitor.first_owner)
     how_ended = {inc.pid: inc for inc in chaos.incarnations}
     for row in engine_jobs:
         job = recorded.get(int(row.id))
-        owner = owners.get(str(row.owner))
+        registrar_token = first_owner.get(int(row.id), str(row.owner))
+        owner = owners.get(registrar_token)
         ended = how_ended.get(owner[1]) if owner else None
         registrar = (
             f"{owner[0]} pid {owner[1]}, {ended.how if ended and ended.how else 'alive'}"
@@ -947,8 +957,8 @@ def check_engine_jobs(
             else "an unknown process"
         )
         about = (
-            f"engine job {row.id} {row.state}, created {row.created_at}, owner {row.owner} "
-            f"({registrar})"
+            f"engine job {row.id} {row.state}, created {row.created_at} by {registrar_token} "
+            f"({registrar}), owner now {row.owner}"
         )
         if job is not None:
             about += f"; job {job.id} {state_of(int(job.status), job.committed_at).label}"
