@@ -18,11 +18,15 @@ from pathlib import Path
 from sqlalchemy import Engine, select
 
 from coordinator.config.locations import PROJECT_ROOT
+from coordinator.lifecycle import Actor, JobStatus
 from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.port import JobState, start_if_ready
+from coordinator.store.guarded import Applied
 from coordinator.store.instances import ENGINE, Presence
+from coordinator.store.jobs import JobStore
 from coordinator.store.schema import EngineJob
 from tests.engine_support import graph, journal, running_engine, submit, task, wait_for
+from tests.paths import request
 
 PASSWORD = b"compression-coordinator"
 DONE = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
@@ -189,3 +193,48 @@ def test_a_closed_engines_jobs_are_adopted_at_once(migrated_engine: Engine, tmp_
     with running_engine(migrated_engine, work, stale_after_secs=60.0) as second:
         assert wait_for(second, job_id, *DONE, timeout=20) is JobState.SUCCEEDED
     assert time.monotonic() - started < 15
+
+
+def test_a_gone_owners_unrecorded_ready_job_is_cancelled_not_adopted(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """The soak's orphan: a coordinator registered a job and died before recording it.
+
+    Before, the next engine adopted it and it stayed Ready for ever. A Ready job a compression
+    job records is still adopted (its coordinator's successor starts it).
+    """
+    work = tmp_path / "work"
+    with running_engine(migrated_engine, work) as first:
+        group = first.add_resource_group("rg", b"rg")
+        unrecorded = submit(first, group, graph(task("echo")), [b"a"])
+        recorded = submit(first, group, graph(task("echo")), [b"b"])
+    store = JobStore(migrated_engine)
+    job_id = store.create_job(b"clp-config")
+    submitted = store.transition(
+        request(
+            job_id,
+            "submitted",
+            JobStatus.PENDING,
+            JobStatus.RUNNING,
+            Actor.COORDINATOR,
+            spider_id=recorded,
+        )
+    )
+    assert isinstance(submitted, Applied)
+    with running_engine(migrated_engine, work, unrecorded_grace_secs=0.0) as second:
+        deadline = time.monotonic() + 20
+        while second.get_job_state(unrecorded) is not JobState.CANCELLED:
+            assert time.monotonic() < deadline, "the unrecorded registration was never cancelled"
+            time.sleep(0.05)
+        assert second.get_job_state(recorded) is JobState.READY
+        with migrated_engine.connect() as connection:
+            owners = dict(
+                connection.execute(
+                    select(EngineJob.id, EngineJob.owner).where(
+                        EngineJob.id.in_([unrecorded, recorded])
+                    )
+                ).all()
+            )
+        assert owners[recorded] == second.token
+        assert start_if_ready(second, recorded) is JobState.RUNNING
+        assert wait_for(second, recorded, *DONE, timeout=20) is JobState.SUCCEEDED

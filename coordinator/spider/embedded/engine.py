@@ -66,6 +66,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import Enum
 from types import TracebackType
 from typing import Any, Self, cast
@@ -243,6 +244,13 @@ class _Job:
         return self.tasks[int(key)]
 
 
+UNRECORDED_GRACE_SECS = 60.0
+"""How long a gone owner's Ready job may wait for a compression job to record it."""
+UNRECORDED_REGISTRATION = (
+    "registered by a coordinator that stopped before recording it, and never started"
+)
+
+
 class EmbeddedSpider:
     """A Spider-compatible engine hosted in this process; use it as a context manager."""
 
@@ -259,6 +267,7 @@ class EmbeddedSpider:
         coordinator_name: str | None = None,
         stale_after_secs: float = DEFAULT_STALE_AFTER_SECS,
         sweep_interval_secs: float = 1.0,
+        unrecorded_grace_secs: float = UNRECORDED_GRACE_SECS,
     ) -> None:
         """``presence``: the hosting coordinator's registration, whose token owns this engine's
         jobs (its owner keeps it beating and closes it); without one the engine registers its own
@@ -270,6 +279,7 @@ class EmbeddedSpider:
         self._coordinator_name = coordinator_name
         self._stale_after = stale_after_secs
         self._sweep_interval = sweep_interval_secs
+        self._unrecorded_grace = timedelta(seconds=unrecorded_grace_secs)
         self._stopping = threading.Event()
         self._outage = _OutageLog()
         self._condition = threading.Condition()
@@ -870,9 +880,50 @@ class EmbeddedSpider:
         if self._closed:
             return
         for orphan in self._orphans():
+            if self._forget_unrecorded(orphan):
+                continue
             with self._condition:
                 if orphan.id not in self._jobs and not self._closed:
                     self._adopt(orphan)
+
+    def _forget_unrecorded(self, row: Row[Any]) -> bool:
+        """Cancel a gone owner's Ready job that no compression job records; whether it did.
+
+        Its coordinator registered it and died before recording it (the window between
+        RegisterJob and the guarded ``submitted`` move): nothing ever started it, nothing will
+        record it after the grace, and its compression job is registered anew. Without this, the
+        job would be adopted and stay Ready for ever, an orphan registration. Raises the
+        database's errors (nothing changed).
+        """
+        if row.state != STATE_NAMES[JobState.READY]:
+            return False
+        now = utc_now()
+        if row.created_at > now - self._unrecorded_grace:
+            return False
+        with self._db.begin() as connection:
+            recorded = connection.execute(
+                select(_compression_jobs.c.id).where(_compression_jobs.c.spider_id == row.id)
+            ).first()
+            if recorded is not None:
+                return False
+            old_owner = (
+                _jobs_table.c.owner.is_(None)
+                if row.owner is None
+                else (_jobs_table.c.owner == row.owner)
+            )
+            cancelled = connection.execute(
+                update(_jobs_table)
+                .where(_jobs_table.c.id == row.id, _jobs_table.c.state == row.state, old_owner)
+                .values(
+                    state=STATE_NAMES[JobState.CANCELLED],
+                    owner=self.token,
+                    error_message=UNRECORDED_REGISTRATION,
+                    updated_at=now,
+                )
+            ).rowcount
+        if cancelled == 1:
+            _log.warning("spider job %d: %s; cancelled", row.id, UNRECORDED_REGISTRATION)
+        return cancelled == 1
 
     def _gone_owner(self, now: Any) -> Any:
         """SQL: the job's owner is gone (module docstring)."""
