@@ -302,6 +302,10 @@ class CoordinatorModel(RuleBasedStateMachine):
         try:
             self._drain()
         finally:
+            for coordinator in self.replicas.values():
+                reconciler = coordinator._reconciler  # the sweep's background storage listing
+                if reconciler is not None:
+                    reconciler.join()
             self.engine.dispose()
             shutil.rmtree(self.directory, ignore_errors=True)
 

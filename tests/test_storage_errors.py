@@ -221,7 +221,13 @@ def test_an_unwritable_staging_directory_fails_saying_permission_denied(
     write_json_logs(shared_directory / "objects" / "logs" / "a.jsonl", 10)
     staging = shared_directory / "staging"
     staging.mkdir(mode=0o555)
-    settings = settings_for(shared_directory, "sqlite:///unused.db")
+    # clp-s is never reached; a stand-in nobody can run wherever the checkout (and its venv) is.
+    stand_in = shared_directory / "clp-s"
+    stand_in.write_text("#!/bin/sh\nexit 1\n")
+    stand_in.chmod(0o755)
+    settings = settings_for(shared_directory, "sqlite:///unused.db").model_copy(
+        update={"clp_s_path": stand_in}
+    )
 
     message = _failure_unprivileged(
         lambda: clp_s_s3_compress(

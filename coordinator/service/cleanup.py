@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import cast
 
-from sqlalchemy import Engine, Table, and_, inspect, or_, select
+from sqlalchemy import Connection, Engine, Table, and_, inspect, or_, select
 
 from coordinator.lifecycle import TERMINAL_STATUSES, JobStatus, state_of
 from coordinator.store.archives import published_archives_of_job, withdraw_archives
@@ -60,12 +60,14 @@ from coordinator.store.schema import CompressionJob, StoredArchive
 from coordinator.store.stored_archives import (
     PUBLISHED,
     STORED,
+    StoredArchiveRecord,
     attribute_unambiguous_records,
     claim_for_removal,
     forget_records,
     mark_published,
     recorded_locations,
     stored_archives_of_job,
+    unattributed_orphans,
 )
 from coordinator.tasks.archive_storage import (
     TEMPORARY_SUFFIX,
@@ -146,8 +148,47 @@ def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) 
             state.label,
             len(withdrawn),
         )
+    return Settled(withdrawn=len(withdrawn), removed=_remove(engine, output, to_remove))
+
+
+def settle_unattributed_archives(
+    engine: Engine, output: ArchiveOutputSettings, stored_before: datetime
+) -> int:
+    """Remove the archives of unattributed records that no job can publish any more; how many.
+
+    See ``unattributed_orphans``: their Spider job id belongs to no live job, and an archive that
+    is not published (checked in its record's dataset) is garbage. Raises the driver's errors.
+    """
+    with engine.begin() as connection:
+        orphans = unattributed_orphans(connection, stored_before)
+        published = {
+            (record.dataset, record.archive_id)
+            for record in orphans
+            if _is_published(connection, record.dataset, record.archive_id)
+        }
+        to_remove = [r for r in orphans if (r.dataset, r.archive_id) not in published]
+        claim_for_removal(connection, [r.id for r in to_remove if r.id is not None])
+    return _remove(engine, output, to_remove)
+
+
+def _is_published(connection: Connection, dataset: str, archive_id: str) -> bool:
+    table = archives_table(dataset)
+    if not inspect(connection).has_table(table.name):
+        return False
+    return (
+        connection.execute(select(table.c.id).where(table.c.id == archive_id)).first() is not None
+    )
+
+
+def _remove(
+    engine: Engine, output: ArchiveOutputSettings, records: Sequence[StoredArchiveRecord]
+) -> int:
+    """Remove the claimed records' files, then forget the records; how many were removed.
+
+    A file that cannot be removed is logged and keeps its record (``removing``) for a retry.
+    """
     removed: list[int] = []
-    for record in to_remove:
+    for record in records:
         try:
             remove_archive(output, record.location)
         except Exception:
@@ -158,7 +199,7 @@ def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) 
     if removed:
         with engine.begin() as connection:
             forget_records(connection, removed)
-    return Settled(withdrawn=len(withdrawn), removed=len(removed))
+    return len(removed)
 
 
 def terminal_jobs_with_stored_archives(engine: Engine, stored_before: datetime) -> list[int]:

@@ -83,6 +83,7 @@ from coordinator.service.cleanup import (
     RECONCILE_INTERVAL_SECS,
     log_reconciliation,
     settle_archives,
+    settle_unattributed_archives,
     terminal_jobs_with_stored_archives,
 )
 from coordinator.service.crashpoints import crashpoint
@@ -829,6 +830,9 @@ class Coordinator:
                 _log.info(
                     "sweep removed %d archive(s)", settled.removed, extra=job_fields(job_id, None)
                 )
+        orphans = settle_unattributed_archives(self.engine, self.archive_output, grace)
+        if orphans:
+            _log.info("sweep removed %d archive(s) no job can publish any more", orphans)
         self._reconcile(now)
 
     def _reconcile(self, now: float) -> None:

@@ -34,9 +34,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, delete, func, insert, select, update
+from sqlalchemy import Connection, Table, and_, delete, func, insert, select, update
 from sqlalchemy.engine import Engine
 
+from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus
 from coordinator.store.schema import CompressionJob, StoredArchive
 
 _stored = cast(Table, StoredArchive.__table__)
@@ -166,6 +167,35 @@ def _records(connection: Connection, condition: Any) -> list[StoredArchiveRecord
     return [StoredArchiveRecord(**row) for row in rows]
 
 
+def unattributed_orphans(
+    connection: Connection, stored_before: datetime
+) -> list[StoredArchiveRecord]:
+    """Unattributed records, stored before ``stored_before``, that no job can still publish.
+
+    A record stays unattributed when, as its archive was stored, no single in-flight job recorded
+    its Spider job id (a reset Spider reused the id while an earlier job with it was in flight, or
+    the job had already ended). Once no Pending, Running or Committed job records that id, no
+    commit can publish the archive any more (a commit attributes what it publishes).
+    """
+    live = (
+        select(_jobs.c.id)
+        .where(
+            _jobs.c.spider_id == _stored.c.spider_job_id,
+            _jobs.c.status.in_([int(JobStatus.PENDING), *IN_FLIGHT_STATUS_VALUES]),
+        )
+        .exists()
+    )
+    return _records(
+        connection,
+        and_(
+            _stored.c.job_id.is_(None),
+            _stored.c.stored_at < stored_before,
+            _stored.c.state != PUBLISHED,
+            ~live,
+        ),
+    )
+
+
 def attribute_stored_archives(
     connection: Connection, job_id: int, spider_job_id: int, archive_ids: Sequence[str]
 ) -> None:
@@ -182,9 +212,7 @@ def attribute_stored_archives(
         )
 
 
-def attribute_unambiguous_records(
-    connection: Connection, spider_job_id: int | None = None
-) -> None:
+def attribute_unambiguous_records(connection: Connection, spider_job_id: int | None = None) -> None:
     """Name the job on unattributed records whose Spider job id exactly one job records.
 
     Records the compress task could not attribute (no single in-flight job at the time, e.g. a
