@@ -221,20 +221,25 @@ def test_a_gone_owners_unrecorded_ready_job_is_cancelled_not_adopted(
         )
     )
     assert isinstance(submitted, Applied)
-    with running_engine(migrated_engine, work, unrecorded_grace_secs=0.0) as second:
-        deadline = time.monotonic() + 20
-        while second.get_job_state(unrecorded) is not JobState.CANCELLED:
-            assert time.monotonic() < deadline, "the unrecorded registration was never cancelled"
-            time.sleep(0.05)
-        assert second.get_job_state(recorded) is JobState.READY
+    def owners() -> dict[int, str | None]:
         with migrated_engine.connect() as connection:
-            owners = dict(
+            return dict(
                 connection.execute(
                     select(EngineJob.id, EngineJob.owner).where(
                         EngineJob.id.in_([unrecorded, recorded])
                     )
                 ).all()
             )
-        assert owners[recorded] == second.token
+
+    with running_engine(migrated_engine, work, unrecorded_grace_secs=3.0) as second:
+        deadline = time.monotonic() + 20
+        while owners()[recorded] != second.token:  # adopted by the first sweep
+            assert time.monotonic() < deadline, "the recorded job was never adopted"
+            time.sleep(0.05)
+        assert owners()[unrecorded] != second.token  # not adopted: within its grace
+        while second.get_job_state(unrecorded) is not JobState.CANCELLED:
+            assert time.monotonic() < deadline, "the unrecorded registration was never cancelled"
+            time.sleep(0.05)
+        assert second.get_job_state(recorded) is JobState.READY
         assert start_if_ready(second, recorded) is JobState.RUNNING
         assert wait_for(second, recorded, *DONE, timeout=20) is JobState.SUCCEEDED

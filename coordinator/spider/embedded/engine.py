@@ -887,25 +887,25 @@ class EmbeddedSpider:
                     self._adopt(orphan)
 
     def _forget_unrecorded(self, row: Row[Any]) -> bool:
-        """Cancel a gone owner's Ready job that no compression job records; whether it did.
+        """Whether ``row`` is a gone owner's Ready job that no compression job records.
 
         Its coordinator registered it and died before recording it (the window between
-        RegisterJob and the guarded ``submitted`` move): nothing ever started it, nothing will
-        record it after the grace, and its compression job is registered anew. Without this, the
-        job would be adopted and stay Ready for ever, an orphan registration. Raises the
-        database's errors (nothing changed).
+        RegisterJob and the guarded ``submitted`` move): nothing will start it, and its compression
+        job is registered anew. Such a job is never adopted (adopted, it would stay Ready for
+        ever, owned by a live engine): it is left alone for the grace, in case the record is only
+        late, then cancelled. Raises the database's errors (nothing changed).
         """
         if row.state != STATE_NAMES[JobState.READY]:
             return False
         now = utc_now()
-        if row.created_at > now - self._unrecorded_grace:
-            return False
         with self._db.begin() as connection:
             recorded = connection.execute(
                 select(_compression_jobs.c.id).where(_compression_jobs.c.spider_id == row.id)
             ).first()
             if recorded is not None:
                 return False
+            if row.created_at > now - self._unrecorded_grace:
+                return True  # not adopted yet; cancelled once the grace is over
             old_owner = (
                 _jobs_table.c.owner.is_(None)
                 if row.owner is None
@@ -923,7 +923,7 @@ class EmbeddedSpider:
             ).rowcount
         if cancelled == 1:
             _log.warning("spider job %d: %s; cancelled", row.id, UNRECORDED_REGISTRATION)
-        return cancelled == 1
+        return True
 
     def _gone_owner(self, now: Any) -> Any:
         """SQL: the job's owner is gone (module docstring)."""
@@ -975,7 +975,9 @@ class EmbeddedSpider:
                     self._gone_owner(utc_now()),
                 )
             ).first()
-        return self._adopt(row) if row is not None else None
+        if row is None or self._forget_unrecorded(row):
+            return None
+        return self._adopt(row)
 
     def _take_ready(self, job_id: int) -> _Job | None:
         """A ``Ready`` job of another engine, handed over to this one (it runs nothing yet)."""
