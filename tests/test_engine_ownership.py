@@ -27,6 +27,7 @@ from coordinator.store.jobs import JobStore
 from coordinator.store.schema import EngineJob
 from tests.engine_support import graph, journal, running_engine, submit, task, wait_for
 from tests.paths import request
+from tests.processes import children, is_running
 
 PASSWORD = b"compression-coordinator"
 DONE = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
@@ -134,22 +135,6 @@ _HOST = textwrap.dedent(
 )
 
 
-def _children(pid: int) -> set[int]:
-    out = subprocess.run(
-        ["ps", "-o", "pid=", "--ppid", str(pid)], check=False, capture_output=True, text=True
-    )
-    return {int(line) for line in out.stdout.split()}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
-
-
 def test_executors_die_with_the_process_hosting_the_engine(
     migrated_engine: Engine, tmp_path: Path
 ) -> None:
@@ -170,15 +155,15 @@ def test_executors_die_with_the_process_hosting_the_engine(
         while len(journal(tmp_path / "work", 1)) < 2:
             assert time.monotonic() < deadline, "the tasks did not start"
             time.sleep(0.1)
-        executors = _children(host.pid)
+        executors = set(children(host.pid))
         assert len(executors) == 2
     finally:
         host.send_signal(signal.SIGKILL)
         host.wait()
     deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in executors) and time.monotonic() < deadline:
+    while any(is_running(pid) for pid in executors) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(pid) for pid in executors)
+    assert not any(is_running(pid) for pid in executors)
 
 
 def test_a_closed_engines_jobs_are_adopted_at_once(migrated_engine: Engine, tmp_path: Path) -> None:
@@ -221,6 +206,7 @@ def test_a_gone_owners_unrecorded_ready_job_is_cancelled_not_adopted(
         )
     )
     assert isinstance(submitted, Applied)
+
     def owners() -> dict[int, str | None]:
         with migrated_engine.connect() as connection:
             return dict(

@@ -26,6 +26,7 @@ from coordinator.spider.port import JobState, start_if_ready
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from tests.engine_support import graph, journal, running_engine, submit, task
+from tests.processes import is_running
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,7 @@ class Server:
     def kill(self) -> None:
         os.kill(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while _runs(self.pid) and time.monotonic() < deadline:
+        while is_running(self.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def start(self) -> None:
@@ -69,15 +70,6 @@ class Server:
         return ping.returncode == 0
 
 
-def _runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
-
-
 @pytest.fixture
 def server() -> Iterator[Server]:
     if shutil.which("mariadb-install-db") is None:
@@ -99,7 +91,7 @@ def server() -> Iterator[Server]:
         server.url = url.rstrip("/") + "/outage"
         yield server
     finally:
-        if (server.run_dir / "mariadb.pid").exists() and _runs(server.pid):
+        if (server.run_dir / "mariadb.pid").exists() and is_running(server.pid):
             server.kill()
         shutil.rmtree(server.run_dir, ignore_errors=True)
 

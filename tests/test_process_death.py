@@ -24,23 +24,8 @@ from coordinator.config.loader import load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV, PROJECT_ROOT
 from coordinator.service.ingest import put_files, submit_job
 from coordinator.service.runtime import open_engine
+from tests.processes import children, is_running
 from tests.sample_logs import write_json_logs
-
-
-def _children(pid: int) -> list[int]:
-    listing = subprocess.run(
-        ["ps", "-o", "pid=", "--ppid", str(pid)], check=False, capture_output=True, text=True
-    )
-    return [int(line) for line in listing.stdout.split()]
-
-
-def _runs(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
 
 
 def test_executors_die_with_a_sigkilled_coordinator(
@@ -80,8 +65,8 @@ def test_executors_die_with_a_sigkilled_coordinator(
         while not hung:
             assert time.monotonic() < deadline, "the compress task never started"
             assert coordinator.poll() is None, "the coordinator exited"
-            executors = _children(coordinator.pid)
-            hung = [child for executor in executors for child in _children(executor)]
+            executors = children(coordinator.pid)
+            hung = [child for executor in executors for child in children(executor)]
             time.sleep(0.2)
         assert executors
     finally:
@@ -89,15 +74,15 @@ def test_executors_die_with_a_sigkilled_coordinator(
         coordinator.wait()
     try:
         killed_at = time.monotonic()
-        while any(_runs(pid) for pid in executors) and time.monotonic() - killed_at < 5:
+        while any(is_running(pid) for pid in executors) and time.monotonic() - killed_at < 5:
             time.sleep(0.05)
         gone_after = time.monotonic() - killed_at
-        assert not any(_runs(pid) for pid in executors), "executors outlived their coordinator"
+        assert not any(is_running(pid) for pid in executors), "executors outlived their coordinator"
         print(f"{len(executors)} executor(s) gone {gone_after:.2f} s after the SIGKILL")
         # clp-s dies with its executor too (setpriv --pdeathsig), not only the executor.
-        while any(_runs(pid) for pid in hung) and time.monotonic() - killed_at < 5:
+        while any(is_running(pid) for pid in hung) and time.monotonic() - killed_at < 5:
             time.sleep(0.05)
-        assert not any(_runs(pid) for pid in hung), "clp-s outlived its executor"
+        assert not any(is_running(pid) for pid in hung), "clp-s outlived its executor"
     finally:
         for pid in hung:  # the stand-in clp-s, the task's own child
             with contextlib.suppress(ProcessLookupError):

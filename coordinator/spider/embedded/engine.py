@@ -72,6 +72,7 @@ from types import TracebackType
 from typing import Any, Self, cast
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Engine,
     Row,
@@ -906,14 +907,9 @@ class EmbeddedSpider:
                 return False
             if row.created_at > now - self._unrecorded_grace:
                 return True  # not adopted yet; cancelled once the grace is over
-            old_owner = (
-                _jobs_table.c.owner.is_(None)
-                if row.owner is None
-                else (_jobs_table.c.owner == row.owner)
-            )
             cancelled = connection.execute(
                 update(_jobs_table)
-                .where(_jobs_table.c.id == row.id, _jobs_table.c.state == row.state, old_owner)
+                .where(*_unchanged_since(row))
                 .values(
                     state=STATE_NAMES[JobState.CANCELLED],
                     owner=self.token,
@@ -993,14 +989,9 @@ class EmbeddedSpider:
     def _adopt(self, row: Row[Any]) -> _Job | None:
         """Take the job of ``row`` over (compare-and-set of its owner) and run it as after a
         restart; ``None`` when another engine was faster. Holds the condition."""
-        old_owner = (
-            _jobs_table.c.owner.is_(None)
-            if row.owner is None
-            else (_jobs_table.c.owner == row.owner)
-        )
         taken = self._write(
             update(_jobs_table)
-            .where(_jobs_table.c.id == row.id, _jobs_table.c.state == row.state, old_owner)
+            .where(*_unchanged_since(row))
             .values(owner=self.token),
             retry=False,
             doing=f"adopting job {row.id}",
@@ -1037,6 +1028,13 @@ class EmbeddedSpider:
                 "dropped",
                 job.id,
             )
+
+
+def _unchanged_since(row: Row[Any]) -> tuple[ColumnElement[bool], ...]:
+    """The compare-and-set of a job row: same id, state and owner as when ``row`` was read."""
+    owner = row.owner
+    same_owner = _jobs_table.c.owner.is_(None) if owner is None else _jobs_table.c.owner == owner
+    return (_jobs_table.c.id == row.id, _jobs_table.c.state == row.state, same_owner)
 
 
 def _check_cancellable(state: JobState, *, has_cleanup: bool) -> None:

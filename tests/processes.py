@@ -1,0 +1,25 @@
+"""Looking at real processes from tests: whether one still runs, and its children."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+
+def is_running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (a killed child not yet reaped still exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s children."""
+    listing = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], check=False, capture_output=True, text=True
+    )
+    return [int(line) for line in listing.stdout.split()]
