@@ -18,13 +18,12 @@ from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import local_store_endpoint
 from coordinator.job_config import (
     ClpIoConfig,
-    OutputConfig,
     S3ObjectMetadataInputConfig,
 )
 from coordinator.lifecycle import JobStatus
 from coordinator.serde import pack
 from coordinator.service.coordinator import Coordinator
-from coordinator.service.ingest import list_objects, put_files
+from coordinator.service.ingest import list_objects, output_config_of, put_files
 from coordinator.service.resource_group import lookup_by_name
 from coordinator.service.runtime import Runtime, archive_output_of, open_runtime
 from coordinator.spider.embedded.engine import STATE_NAMES, EmbeddedSpider
@@ -85,13 +84,7 @@ def valid_named_config(
             timestamp_key="timestamp",
             unstructured=False,
         ),
-        output=OutputConfig(
-            target_archive_size=output.target_archive_size,
-            target_dictionaries_size=output.target_dictionaries_size,
-            target_encoded_file_size=output.target_encoded_file_size,
-            target_segment_size=output.target_segment_size,
-            compression_level=output.compression_level,
-        ),
+        output=output_config_of(output),
     ).to_named()
 
 

@@ -34,12 +34,11 @@ from coordinator.config.loader import CoordinatorConfig, legacy_scheduler_proble
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV, local_store_endpoint
 from coordinator.job_config import (
     ClpIoConfig,
-    OutputConfig,
     S3ObjectMetadataInputConfig,
     encode_clp_io_config,
 )
 from coordinator.lifecycle import JobStatus
-from coordinator.service.ingest import submit_job
+from coordinator.service.ingest import output_config_of, submit_job
 from coordinator.service.runtime import open_runtime
 from coordinator.store.database import create_database_engine
 from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
@@ -107,13 +106,7 @@ def insert_log_ingestor_job(
                     timestamp_key="timestamp",
                     unstructured=False,
                 ),
-                output=OutputConfig(
-                    target_archive_size=output.target_archive_size,
-                    target_dictionaries_size=output.target_dictionaries_size,
-                    target_encoded_file_size=output.target_encoded_file_size,
-                    target_segment_size=output.target_segment_size,
-                    compression_level=output.compression_level,
-                ),
+                output=output_config_of(output),
             )
         )
 

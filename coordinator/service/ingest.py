@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from coordinator.config.clp import S3IngestionConfig
+from coordinator.config.clp import ArchiveOutput, S3IngestionConfig
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import local_store_endpoint
 from coordinator.job_config import (
@@ -126,6 +126,17 @@ def list_objects(
     )
 
 
+def output_config_of(output: ArchiveOutput) -> OutputConfig:
+    """The job config's ``output`` from CLP's ``archive_output``, as log-ingestor writes it."""
+    return OutputConfig(
+        target_archive_size=output.target_archive_size,
+        target_dictionaries_size=output.target_dictionaries_size,
+        target_encoded_file_size=output.target_encoded_file_size,
+        target_segment_size=output.target_segment_size,
+        compression_level=output.compression_level,
+    )
+
+
 def submit_job(
     config: CoordinatorConfig,
     engine: Engine,
@@ -176,13 +187,7 @@ def submit_job(
                     timestamp_key=timestamp_key,
                     unstructured=False,
                 ),
-                output=OutputConfig(
-                    target_archive_size=output.target_archive_size,
-                    target_dictionaries_size=output.target_dictionaries_size,
-                    target_encoded_file_size=output.target_encoded_file_size,
-                    target_segment_size=output.target_segment_size,
-                    compression_level=output.compression_level,
-                ),
+                output=output_config_of(output),
             )
         )
 
