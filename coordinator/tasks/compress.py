@@ -30,7 +30,9 @@ Deliberate differences:
   mode: the worker's local store never stands in for a job's S3 bucket.
 * **Scratch per instance.** The list file and clp-s's output live in a fresh directory under the
   staging directory for each attempt (CLP shares ``<staging>/<dataset>``): two instances of one task
-  may run at once, and clean-up must never touch the other's files.
+  may run at once, and clean-up must never touch the other's files. The attempt holds a lock on it
+  while it runs, so that the directory of an instance that was killed is removed by the embedded
+  engine's sweep and the directory of a live one never is (``coordinator.tasks.scratch``).
 * **Store after a clean exit.** CLP uploads from a callback on each stats line while clp-s runs.
   A failing clp-s still prints a stats line for the junk archive it leaves behind (exit 1, a few
   hundred bytes, even real timestamps), so here nothing is stored until clp-s has exited 0; then the
@@ -74,7 +76,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -115,6 +116,7 @@ from coordinator.tasks.archive_storage import (
 from coordinator.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.tasks.database import task_engine
 from coordinator.tasks.s3_urls import s3_object_url
+from coordinator.tasks.scratch import create_scratch, remove_scratch
 
 logger = logging.getLogger(__name__)
 
@@ -326,14 +328,10 @@ def _clp_s_binary(settings: WorkerSettings) -> Path:
 
 
 def _scratch_directory(ctx: TaskContext) -> Path:
+    """This attempt's scratch directory, locked until ``_remove_scratch`` (``tasks.scratch``)."""
     staging = ctx.settings.staging_directory
     try:
-        staging.mkdir(parents=True, exist_ok=True)
-        return Path(
-            tempfile.mkdtemp(
-                prefix=f"compression-{ctx.job_id}-{ctx.task_id}-{ctx.instance_id}-", dir=staging
-            )
-        )
+        return create_scratch(staging, ctx.job_id, ctx.task_id, ctx.instance_id)
     except OSError as error:
         raise TaskError(
             f"cannot create a scratch directory in {staging}: {describe_os_error(error)}"
@@ -601,6 +599,6 @@ def _roll_back(
 
 def _remove_scratch(scratch: Path) -> None:
     try:
-        shutil.rmtree(scratch)
+        remove_scratch(scratch)
     except OSError as error:
         logger.warning("cannot remove the scratch directory %s: %s", scratch, error)

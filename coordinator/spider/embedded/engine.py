@@ -46,6 +46,14 @@ What it reproduces:
   and ``compression_stored_archives.spider_job_id`` hold. It is written explicitly; two engines
   sharing a database that pick the same id collide on the primary key and the loser picks again
   (``register_job``).
+* **Scratch directories** of killed instances (``coordinator.tasks.scratch``): an instance holds a
+  lock on its scratch directory in the staging directory while it runs. When an execution manager
+  has reaped the executor of an instance it killed (hard timeout, ``close``) or that crashed, that
+  instance's directories are removed, before its failure is reported; the whole staging directory
+  is swept at start (the executors of a coordinator that was SIGKILLed died with it), every
+  ``scratch_sweep_interval_secs`` (another engine sharing the staging directory may have died) and
+  at close. A sweep removes only directories whose lock it can take: never a live instance's,
+  whichever process or engine runs it.
 * **Resource groups** live in ``spider_engine_resource_groups`` (``external_id`` unique), never in
   CLP's ``spider_resource_groups``. Besides Spider's two calls, the engine offers what Spider
   lacks, a get-or-create by name (``resource_group_by_name``), which the coordinator uses instead
@@ -124,6 +132,7 @@ from coordinator.store.instances import (
 )
 from coordinator.store.schema import CompressionJob, EngineJob, EngineResourceGroup, StoredArchive
 from coordinator.tasks.context import WorkerSettings
+from coordinator.tasks.scratch import sweep_scratch
 
 _log = logging.getLogger(__name__)
 
@@ -247,6 +256,8 @@ class _Job:
 
 UNRECORDED_GRACE_SECS = 60.0
 """How long a gone owner's Ready job may wait for a compression job to record it."""
+SCRATCH_SWEEP_INTERVAL_SECS = 60.0
+"""How often the staging directory is swept for scratch directories of instances that are gone."""
 UNRECORDED_REGISTRATION = (
     "registered by a coordinator that stopped before recording it, and never started"
 )
@@ -269,6 +280,7 @@ class EmbeddedSpider:
         stale_after_secs: float = DEFAULT_STALE_AFTER_SECS,
         sweep_interval_secs: float = 1.0,
         unrecorded_grace_secs: float = UNRECORDED_GRACE_SECS,
+        scratch_sweep_interval_secs: float = SCRATCH_SWEEP_INTERVAL_SECS,
     ) -> None:
         """``presence``: the hosting coordinator's registration, whose token owns this engine's
         jobs (its owner keeps it beating and closes it); without one the engine registers its own
@@ -281,6 +293,8 @@ class EmbeddedSpider:
         self._stale_after = stale_after_secs
         self._sweep_interval = sweep_interval_secs
         self._unrecorded_grace = timedelta(seconds=unrecorded_grace_secs)
+        self._staging = settings.staging_directory
+        self._scratch_sweep_interval = scratch_sweep_interval_secs
         self._stopping = threading.Event()
         self._outage = _OutageLog()
         self._condition = threading.Condition()
@@ -298,7 +312,12 @@ class EmbeddedSpider:
         environment = {**os.environ, **settings.to_environment(), **(executor_environment or {})}
         self._managers = [
             ExecutionManager(
-                f"spider-em-{index}", command, environment, self._next_assignment, self._report
+                f"spider-em-{index}",
+                command,
+                environment,
+                self._next_assignment,
+                self._report,
+                instance_gone=self._instance_gone,
             )
             for index in range(workers or os.cpu_count() or 1)
         ]
@@ -325,6 +344,7 @@ class EmbeddedSpider:
             if self._own_presence:
                 self._presence.close()
             raise
+        sweep_scratch(self._staging)  # no executor of this engine runs yet
         for manager in self._managers:
             manager.start()
         self._monitor.start()
@@ -345,6 +365,7 @@ class EmbeddedSpider:
             manager.join(timeout=30)
         if self._monitor.is_alive():
             self._monitor.join(timeout=5)
+        sweep_scratch(self._staging)  # the instances that ran are gone with their executors
         if self._own_presence and self._presence is not None:
             self._presence.close()
 
@@ -822,6 +843,7 @@ class EmbeddedSpider:
     def _watch(self) -> None:
         """Soft-timeout duplicates, eviction of terminal jobs from memory, and the sweep."""
         next_sweep = time.monotonic() + self._sweep_interval
+        next_scratch_sweep = time.monotonic() + self._scratch_sweep_interval
         while not self._stopping.is_set():
             with self._condition:
                 if self._closed:
@@ -849,7 +871,17 @@ class EmbeddedSpider:
                 except Exception:
                     _log.exception("embedded engine: the sweep failed; trying again")
                 next_sweep = time.monotonic() + self._sweep_interval
+            if time.monotonic() >= next_scratch_sweep:
+                sweep_scratch(self._staging)
+                next_scratch_sweep = time.monotonic() + self._scratch_sweep_interval
             self._stopping.wait(0.1)
+
+    def _instance_gone(self, request: Request) -> None:
+        """An execution manager reaped the executor of an instance that was running: its scratch
+        directories are removed (their lock died with it)."""
+        sweep_scratch(
+            self._staging, instance=(request.job_id, request.task_id, request.instance_id)
+        )
 
     # --- ownership ----------------------------------------------------------------------------
 
@@ -990,9 +1022,7 @@ class EmbeddedSpider:
         """Take the job of ``row`` over (compare-and-set of its owner) and run it as after a
         restart; ``None`` when another engine was faster. Holds the condition."""
         taken = self._write(
-            update(_jobs_table)
-            .where(*_unchanged_since(row))
-            .values(owner=self.token),
+            update(_jobs_table).where(*_unchanged_since(row)).values(owner=self.token),
             retry=False,
             doing=f"adopting job {row.id}",
         )

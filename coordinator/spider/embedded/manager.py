@@ -4,7 +4,9 @@ As Spider's execution manager does (``spider-contract.md`` §3.2, §4): take an 
 to the executor, wait at most the hard timeout, then report the outcome. On a hard timeout the
 executor is killed (SIGKILL) and respawned; a crashed executor is respawned too, so a task cannot
 take the engine down. An executor dies with the process hosting the engine (``--parent-pid``: see
-``executor``), and a manager thread never dies of an error (it logs it and carries on).
+``executor``), and a manager thread never dies of an error (it logs it and carries on). Once an
+executor that died with an instance running has been reaped, the manager says so
+(``instance_gone``) before it reports the outcome, so the engine can remove what the instance left.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Assignment:
 
 NextAssignment = Callable[[float], Assignment | None]
 Report = Callable[[Assignment, Reply], None]
+InstanceGone = Callable[[Request], None]
 
 
 class ExecutionManager(threading.Thread):
@@ -58,12 +61,17 @@ class ExecutionManager(threading.Thread):
         environment: Mapping[str, str],
         next_assignment: NextAssignment,
         report: Report,
+        *,
+        instance_gone: InstanceGone | None = None,
     ) -> None:
+        """``instance_gone``: called with the request of an instance whose executor was killed or
+        crashed, once that process is reaped (so nothing of it runs any more)."""
         super().__init__(name=name, daemon=True)
         self._command = list(command)
         self._environment = dict(environment)
         self._next_assignment = next_assignment
         self._report = report
+        self._instance_gone = instance_gone
         self._stopping = threading.Event()
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -111,9 +119,20 @@ class ExecutionManager(threading.Thread):
             return read_reply(process.stdout.fileno(), deadline)
         except ReplyTimeout:
             self._discard(kill=True)
+            self._gone(assignment.request)
             return Reply(error=hard_timeout_exceeded(assignment.hard_timeout_ms))
         except (ExecutorGone, OSError):
-            return Reply(error=executor_crashed(self._discard()))
+            returncode = self._discard()
+            self._gone(assignment.request)
+            return Reply(error=executor_crashed(returncode))
+
+    def _gone(self, request: Request) -> None:
+        if self._instance_gone is None:
+            return
+        try:
+            self._instance_gone(request)
+        except Exception:
+            _log.exception("%s: handling the end of a killed instance failed", self.name)
 
     def _executor(self) -> subprocess.Popen[bytes]:
         """The running executor, started (and waited for until ready) when there is none.
