@@ -12,7 +12,8 @@ Mirrors CLP's task (``clp-contract.md`` §9, ``clp-tdl-package/src/task/compress
   --single-file-archive [--auth s3] [--timestamp-key <K>] --files-from <list>``;
 * one JSON stats object per archive on stdout, of which ``id``, ``begin_timestamp``,
   ``end_timestamp``, ``size`` and ``uncompressed_size`` are kept; stderr drained on a thread; an
-  unparsable line kills clp-s and fails the task, a non-zero exit fails it ("clp-s exited with …");
+  unparsable line kills clp-s and fails the task, a non-zero exit fails it ("clp-s exited with …")
+  unless clp-s failed only reading S3 for a transient reason (see below);
 * archives stored under ``<dataset or "default">/<archive id>`` of the archive output
   (``coordinator.tasks.archive_storage``), the list file and staged archives deleted at the end
   (a failed delete is only a warning), and ``CompressionTaskOutput{dataset as given, archives}``
@@ -50,6 +51,16 @@ Deliberate differences:
   denied (errno 13)``, a missing bucket, access denied (``coordinator.tasks.archive_storage``),
   for the staging directory as for the archive output; clp-s reports a failed write only as
   ``Error code: 4``, so a clp-s failure with a (nearly) full staging file system says so.
+* **A short S3 outage is retried inside the task.** CLP runs clp-s once. Here, when clp-s fails
+  (exit 1) and every error on its stderr is a transient S3 read error (curl's codes 7 *couldn't
+  connect*, 18 *partial file*, 28 *timed out*, 35 *SSL connect error*, 52 *empty reply*, 55/56
+  *send/receive error*, and 22 with HTTP 5xx or 429; clp-s stops at the first error), that run's
+  output is discarded and clp-s runs again, all objects anew, after a back-off:
+  ``WorkerSettings.s3_read_retries`` (5 runs in all, 1 s doubling to 8 s apart: 15 s of waiting),
+  one warning per failed run. Then the task fails with ``S3 still unreachable or failing after 5
+  attempt(s) over 15.1 s while compressing …: <the last curl error>``. A 403, a 404, unparsable
+  input or any other failure fails at once, as before. (Archive uploads have their own bound,
+  ``coordinator.tasks.archive_storage``.)
 * **An ``fs`` archive output** is accepted (CLP's task requires S3).
 * **No column metadata.** CLP runs ``indexer`` per archive to fill
   ``clp_{dataset}_column_metadata``; ``yscope-clp-core`` does not ship it, so that step is skipped:
@@ -77,6 +88,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -132,6 +144,17 @@ _T = TypeVar("_T")
 _INPUT_NAMES = ("ClpSCompressionOption", "dataset", "S3InputSource")
 _LOG_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\S+\s+")
 _PRESIGNED_QUERY = re.compile(r"\?X-Amz-[^\s'\"]*")
+_LOG_LEVEL = re.compile(r"^\[(\w+)\]\s*")
+_CURL_ERROR = re.compile(r"^Encountered curl error while reading .* - Code: (\d+) - Message: (.*)$")
+_HTTP_STATUS = re.compile(r"returned error: (\d{3})\b")
+_NOT_ERRORS = frozenset({"trace", "debug", "info", "warning"})
+_READ_ERROR_AFTERMATH = "Encountered error while parsing input."
+"""What clp-s prints after any read error, transient or not."""
+TRANSIENT_CURL_CODES = frozenset({7, 18, 28, 35, 52, 55, 56})
+"""libcurl's couldn't connect, partial file, timed out, SSL connect error, got nothing, send and
+receive errors: a rerun may succeed once S3 is reachable again."""
+CURL_HTTP_RETURNED_ERROR = 22
+"""An HTTP status >= 400: transient only when it is a 5xx or 429."""
 
 
 @dataclass(frozen=True)
@@ -153,9 +176,10 @@ def clp_s_s3_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
 
     Returns one payload, ``CompressionTaskOutput`` (the dataset input as given). Fails with
     ``TaskError`` for undecodable inputs, ``unstructured`` input, objects that are missing or
-    cannot be fetched, a clp-s that cannot run, exits non-zero or prints an unparsable stats line,
-    and an archive that cannot be stored or recorded; whatever this attempt stored is removed and
-    forgotten first, and its scratch directory is always deleted.
+    cannot be fetched, a clp-s that cannot run, exits non-zero or prints an unparsable stats line
+    (a clp-s that failed only reading S3 for a transient reason is first rerun within
+    ``settings.s3_read_retries``), and an archive that cannot be stored or recorded; whatever this
+    attempt stored is removed and forgotten first, and its scratch directory is always deleted.
     """
     request = _decode_inputs(inputs)
     if request.option.unstructured:
@@ -185,7 +209,9 @@ def clp_s_s3_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
                 f"{describe_os_error(error)}"
             ) from error
         command = _clp_s_command(binary, request.option, clp_s_input, output_directory, list_file)
-        archives = _run_clp_s(command, clp_s_input.environment, request, settings.staging_directory)
+        archives = _run_clp_s_retrying(
+            ctx, command, clp_s_input.environment, request, output_directory
+        )
         _store_and_record(
             ctx, request.dataset or DEFAULT_DATASET, archives, output_directory, stored
         )
@@ -369,9 +395,10 @@ def _run_clp_s(
     """The stats of the archives clp-s wrote; ``TaskError`` unless it exits 0 with valid stats.
 
     clp-s reports a failed write only as ``Error code: 4`` (an errno it does not print), so when
-    it fails and the staging directory's file system is (nearly) full, the message says so.
+    it fails and the staging directory's file system is (nearly) full, the message says so. A
+    failure is a ``_ClpSFailed`` that tells whether a rerun may succeed (``s3_read_error``).
     """
-    stderr_tail: deque[str] = deque(maxlen=50)
+    stderr = _ClpSStderr()
     try:
         process = subprocess.Popen(
             _dying_with_parent(command),
@@ -389,7 +416,7 @@ def _run_clp_s(
         assert process.stdout is not None and process.stderr is not None
         # Both pipes must be read at once, or clp-s blocks on whichever fills up first.
         drainer = threading.Thread(
-            target=_drain, args=(process.stderr, stderr_tail), name="clp-s stderr", daemon=True
+            target=_drain, args=(process.stderr, stderr), name="clp-s stderr", daemon=True
         )
         drainer.start()
         try:
@@ -402,11 +429,85 @@ def _run_clp_s(
             drainer.join()
     if returncode != 0:
         full = _full_file_system(staging)
-        raise TaskError(
+        transient = returncode > 0 and full is None and stderr.only_transient_s3_read_errors()
+        raise _ClpSFailed(
             f"{_exit_description(returncode)} while compressing {request.objects()}: "
-            f"{f'{full}: ' if full else ''}{_stderr_summary(stderr_tail)}"
+            f"{f'{full}: ' if full else ''}{_stderr_summary(stderr.tail)}",
+            returncode=returncode,
+            s3_read_error=stderr.last_transient if transient else None,
         )
     return archives
+
+
+class _ClpSFailed(TaskError):
+    """clp-s exited non-zero; ``s3_read_error`` is set when a rerun may succeed."""
+
+    def __init__(self, message: str, *, returncode: int, s3_read_error: str | None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.s3_read_error = s3_read_error
+        """The last error line when every error clp-s reported was a transient S3 read error."""
+
+
+def _run_clp_s_retrying(
+    ctx: TaskContext,
+    command: list[str],
+    environment: dict[str, str] | None,
+    request: _Request,
+    output_directory: Path,
+) -> list[ArchiveMetadata]:
+    """``_run_clp_s``, rerun after a back-off while it fails only reading S3 for a transient reason.
+
+    Each rerun starts from an empty output directory (a failed run leaves a junk archive there).
+    After ``s3_read_retries.attempts`` such failures, raises ``TaskError`` saying S3 is still
+    unreachable or failing, after how many attempts over how long, and the last curl error; any
+    other failure is raised at once.
+    """
+    retries = ctx.settings.s3_read_retries
+    started = time.monotonic()
+    delay = retries.first_delay_secs
+    for attempt in range(1, retries.attempts + 1):
+        if attempt > 1:
+            _empty_directory(output_directory)
+        try:
+            return _run_clp_s(command, environment, request, ctx.settings.staging_directory)
+        except _ClpSFailed as failure:
+            if failure.s3_read_error is None:
+                raise
+            if attempt == retries.attempts:
+                elapsed = time.monotonic() - started
+                raise TaskError(
+                    f"S3 still unreachable or failing after {attempt} attempt(s) over "
+                    f"{elapsed:.1f} s while compressing {request.objects()}: "
+                    f"{_exit_description(failure.returncode)}: "
+                    f"{_stderr_summary([failure.s3_read_error])}"
+                ) from failure
+            logger.warning(
+                "compress task %s/%s#%s: clp-s failed reading S3 (attempt %d of %d), "
+                "running it again in %.1f s: %s",
+                ctx.job_id,
+                ctx.task_id,
+                ctx.instance_id,
+                attempt,
+                retries.attempts,
+                delay,
+                _stderr_summary([failure.s3_read_error]),
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, retries.max_delay_secs)
+    raise AssertionError("unreachable")
+
+
+def _empty_directory(directory: Path) -> None:
+    """Remove what a failed clp-s run left in ``directory`` (its junk archive)."""
+    try:
+        shutil.rmtree(directory)
+        directory.mkdir()
+    except OSError as error:
+        raise TaskError(
+            f"cannot empty clp-s's output directory {directory} for another run: "
+            f"{describe_os_error(error)}"
+        ) from error
 
 
 def _full_file_system(directory: Path) -> str | None:
@@ -429,9 +530,59 @@ def _full_file_system(directory: Path) -> str | None:
     return None
 
 
-def _drain(stream: IO[str], tail: deque[str]) -> None:
+class _ClpSStderr:
+    """What clp-s printed on stderr: its last lines, and whether every error was transient.
+
+    Every line is looked at as it comes (the tail keeps only the last ones): an error is a line
+    that is not a trace/debug/info/warning log line; the error clp-s prints after any read error
+    (``Encountered error while parsing input.``) counts as neither kind.
+    """
+
+    def __init__(self) -> None:
+        self.tail: deque[str] = deque(maxlen=50)
+        self.last_transient: str | None = None
+        self.other_errors = 0
+
+    def add(self, line: str) -> None:
+        self.tail.append(line)
+        text = _LOG_TIMESTAMP.sub("", line.strip())
+        if not text:
+            return
+        level = _LOG_LEVEL.match(text)
+        if level is not None:
+            if level.group(1).lower() in _NOT_ERRORS:
+                return
+            text = text[level.end() :]
+        if text == _READ_ERROR_AFTERMATH:
+            return
+        if is_transient_s3_read_error(text):
+            self.last_transient = line
+        else:
+            self.other_errors += 1
+
+    def only_transient_s3_read_errors(self) -> bool:
+        return self.last_transient is not None and self.other_errors == 0
+
+
+def is_transient_s3_read_error(text: str) -> bool:
+    """Whether a clp-s error line (``Encountered curl error while reading <url> - Code: <n> -
+    Message: <m>``, without timestamp and level) says S3 was unreachable, cut the transfer off or
+    answered 5xx or 429: an error that a later run may well not meet."""
+    curl = _CURL_ERROR.match(text)
+    if curl is None:
+        return False
+    code = int(curl.group(1))
+    if code in TRANSIENT_CURL_CODES:
+        return True
+    if code != CURL_HTTP_RETURNED_ERROR:
+        return False
+    status = _HTTP_STATUS.search(curl.group(2))
+    return status is not None and (int(status.group(1)) >= 500 or int(status.group(1)) == 429)
+
+
+def _drain(stream: IO[str], stderr: _ClpSStderr) -> None:
     for line in stream:
-        tail.append(line)
+        stderr.add(line)
 
 
 def _read_stats(stdout: Iterable[str], request: _Request) -> list[ArchiveMetadata]:

@@ -20,6 +20,10 @@ from coordinator.lifecycle.storage import DEFAULT_COMMITTED_STORAGE, CommittedSt
 from coordinator.task_io import AwsAuthentication, DefaultAuthentication
 
 WORKER_SETTINGS_ENV = "COORDINATOR_WORKER_SETTINGS"
+S3_READ_ATTEMPTS = 5
+"""Runs of clp-s in all while each fails only reading S3 for a transient reason."""
+S3_READ_FIRST_DELAY_SECS = 1.0
+S3_READ_MAX_DELAY_SECS = 8.0
 
 
 class TaskError(Exception):
@@ -48,6 +52,20 @@ class S3ArchiveOutput(BaseModel):
     aws_authentication: AwsAuthentication = DefaultAuthentication()
 
 
+class S3ReadRetries(BaseModel):
+    """How the compress task reruns clp-s after it failed only reading S3 for a transient reason.
+
+    ``attempts`` runs in all, ``first_delay_secs`` doubling to at most ``max_delay_secs`` apart
+    (by default 5 runs, 1 s doubling to 8 s: 15 s of waiting in all).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    attempts: int = Field(default=S3_READ_ATTEMPTS, ge=1)
+    first_delay_secs: float = Field(default=S3_READ_FIRST_DELAY_SECS, ge=0)
+    max_delay_secs: float = Field(default=S3_READ_MAX_DELAY_SECS, ge=0)
+
+
 ArchiveOutputSettings = Annotated[FsArchiveOutput | S3ArchiveOutput, Field(discriminator="type")]
 
 
@@ -69,6 +87,8 @@ class WorkerSettings(BaseModel):
     """The ``clp-s`` binary; unset: the one ``yscope-clp-core`` ships."""
     committed_storage: CommittedStorage = DEFAULT_COMMITTED_STORAGE
     """How the commit task stores a Committed job (``coordinator.committed_status``)."""
+    s3_read_retries: S3ReadRetries = S3ReadRetries()
+    """The bound on rerunning clp-s through a short S3 outage (``coordinator.tasks.compress``)."""
 
     def to_environment(self) -> dict[str, str]:
         """The variable that carries these settings (secrets included) to a task process."""
