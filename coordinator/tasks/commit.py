@@ -6,7 +6,8 @@ outputs (one ``CompressionTaskOutput`` per compress task) from its context, chec
 commit does (one dataset; at least one archive; a valid dataset name), and calls
 ``coordinator.store.archives.publish_archives``, which moves the job Running → Committed in the same
 transaction as the archive rows. A job already committed makes it a no-op; a job that is no longer
-running (killed by CLP's legacy scheduler, say) makes it fail with a message saying so.
+running (killed by CLP's legacy scheduler, say) makes it fail with a message saying so. A database
+outage is waited out (``coordinator.tasks.database.wait_out_outages``), not a failure.
 
 Unlike CLP's commit task, which writes SUCCEEDED directly, this one stops at COMMITTED: the
 coordinator finalises the job when Spider confirms success, and rolls the publication back if
@@ -29,7 +30,7 @@ from coordinator.tasks.context import (
     TaskContext,
     TaskError,
 )
-from coordinator.tasks.database import task_engine
+from coordinator.tasks.database import task_engine, wait_out_outages
 
 
 def commit(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
@@ -56,18 +57,19 @@ def commit(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         dataset = resolve_dataset_name(outputs[0].dataset)
     except InvalidDatasetName as error:
         raise TaskError(str(error)) from error
+    store = JobStore(task_engine(ctx.settings), committed_storage=ctx.settings.committed_storage)
+    directory = archive_storage_directory(ctx.settings.archive_output, dataset)
     try:
-        publish_archives(
-            JobStore(
-                task_engine(ctx.settings), committed_storage=ctx.settings.committed_storage
+        wait_out_outages(  # a repeat after an ambiguous failure finds the job Committed: a no-op
+            lambda: publish_archives(
+                store,
+                spider_job_id=ctx.job_id,
+                dataset=dataset,
+                archive_storage_directory=directory,
+                archives=archives,
+                actor_id=f"spider job {ctx.job_id} commit instance {ctx.instance_id}",
             ),
-            spider_job_id=ctx.job_id,
-            dataset=dataset,
-            archive_storage_directory=archive_storage_directory(
-                ctx.settings.archive_output, dataset
-            ),
-            archives=archives,
-            actor_id=f"spider job {ctx.job_id} commit instance {ctx.instance_id}",
+            doing=f"commit task {ctx.job_id}#{ctx.instance_id} publishing {len(archives)} archives",
         )
     except CommitRefused as error:
         raise TaskError(str(error)) from error

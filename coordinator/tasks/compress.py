@@ -92,11 +92,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from importlib.resources import files
 from pathlib import Path
 from typing import IO, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.config.locations import is_same_store, local_store_named
@@ -104,10 +105,12 @@ from coordinator.serde import WireFormatError, decode_as
 from coordinator.store.clock import utc_now
 from coordinator.store.jobs import SpiderJobUnmatched, in_flight_job_of
 from coordinator.store.stored_archives import (
+    STORED,
     StoredArchiveRecord,
     begin_storing,
     forget_records,
     mark_stored,
+    stored_archives,
 )
 from coordinator.task_io import (
     ArchiveMetadata,
@@ -126,7 +129,7 @@ from coordinator.tasks.archive_storage import (
     store_archive,
 )
 from coordinator.tasks.context import TaskContext, TaskError, WorkerSettings
-from coordinator.tasks.database import task_engine
+from coordinator.tasks.database import task_engine, wait_out_outages
 from coordinator.tasks.s3_urls import s3_object_url
 from coordinator.tasks.scratch import create_scratch, remove_scratch
 
@@ -649,10 +652,15 @@ def _store_and_record(
     stored: list[_Recorded],
 ) -> None:
     """Record each archive as ``storing``, store it, mark it ``stored``; ``stored`` gains each
-    record as soon as it is inserted, so the roll-back removes what a failure left half-stored."""
+    record as soon as it is inserted, so the roll-back removes what a failure left half-stored.
+
+    The database steps wait out an outage (``wait_out_outages``) and are safe to repeat: a record
+    this instance already inserted, or already marked, is found rather than written twice.
+    """
     output = ctx.settings.archive_output
     engine = task_engine(ctx.settings)
-    job_id = _owning_job(engine, ctx.job_id)
+    who = f"compress task {ctx.job_id}/{ctx.task_id}#{ctx.instance_id}"
+    job_id = _owning_job(engine, ctx.job_id, who)
     for archive in archives:
         location = archive_location(output, dataset, archive.id)
         record = StoredArchiveRecord(
@@ -667,8 +675,10 @@ def _store_and_record(
             stored_at=utc_now(),
         )
         try:
-            with engine.begin() as connection:
-                record_id = begin_storing(connection, record)
+            record_id = wait_out_outages(
+                partial(_begin_storing_once, engine, record),
+                doing=f"{who} recording archive {archive.id}",
+            )
         except SQLAlchemyError as error:
             raise TaskError(
                 f"cannot record archive {archive.id} before storing it at {location}: {error}"
@@ -676,8 +686,10 @@ def _store_and_record(
         stored.append(_Recorded(record_id, location))
         store_archive(output, output_directory / archive.id, dataset, archive.id)
         try:
-            with engine.begin() as connection:
-                marked = mark_stored(connection, record_id, utc_now())
+            marked = wait_out_outages(
+                partial(_mark_stored_once, engine, record, record_id),
+                doing=f"{who} marking archive {archive.id} stored",
+            )
         except SQLAlchemyError as error:
             raise TaskError(
                 f"cannot record archive {archive.id} as stored at {location}: {error}"
@@ -689,15 +701,46 @@ def _store_and_record(
             )
 
 
-def _owning_job(engine: Engine, spider_job_id: int) -> int | None:
+def _begin_storing_once(engine: Engine, record: StoredArchiveRecord) -> int:
+    """``begin_storing``, or the id of the record an attempt that seemed to fail inserted."""
+    with engine.begin() as connection:
+        mine = _own_record(connection, record)
+        if mine is not None and mine.id is not None:
+            return mine.id
+        return begin_storing(connection, record)
+
+
+def _mark_stored_once(engine: Engine, record: StoredArchiveRecord, record_id: int) -> bool:
+    """``mark_stored``, also ``True`` when an attempt that seemed to fail marked it already."""
+    with engine.begin() as connection:
+        if mark_stored(connection, record_id, utc_now()):
+            return True
+        mine = _own_record(connection, record)
+        return mine is not None and mine.id == record_id and mine.state == STORED
+
+
+def _own_record(connection: Connection, record: StoredArchiveRecord) -> StoredArchiveRecord | None:
+    """The record this task instance already inserted for ``record``'s archive, if any."""
+    for existing in stored_archives(connection, record.spider_job_id):
+        if (existing.instance_id, existing.archive_id) == (record.instance_id, record.archive_id):
+            return existing
+    return None
+
+
+def _owning_job(engine: Engine, spider_job_id: int, who: str) -> int | None:
     """The compression job this Spider job runs for, when exactly one in-flight job records it.
 
     ``None`` leaves the records unattributed (the commit, or the coordinator's sweep once the job
-    row is unambiguous, attributes them); raises ``TaskError`` when the database is unavailable.
+    row is unambiguous, attributes them). Waits out a database outage; raises ``TaskError`` for
+    another database error.
     """
-    try:
+
+    def look_up() -> int | None:
         with engine.connect() as connection:
             return in_flight_job_of(connection, spider_job_id)[0]
+
+    try:
+        return wait_out_outages(look_up, doing=f"{who} looking up its job")
     except SpiderJobUnmatched:
         return None
     except SQLAlchemyError as error:

@@ -1,13 +1,29 @@
-"""One database engine per task process (tasks of a worker share it)."""
+"""One database engine per task process (tasks of a worker share it), and outages waited out.
+
+A task that meets a database outage waits for the database (``wait_out_outages``) instead of
+failing: a failure would use up one of its few retries at once, the retry would fail the same way,
+and the whole job would end Failed although nothing was wrong with it.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from functools import lru_cache
+from typing import TypeVar
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
-from coordinator.store.database import create_database_engine
+from coordinator.store.database import create_database_engine, is_transient
 from coordinator.tasks.context import WorkerSettings
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+FIRST_PAUSE_SECS = 0.5
+MAX_PAUSE_SECS = 5.0
 
 
 def task_engine(settings: WorkerSettings) -> Engine:
@@ -18,3 +34,47 @@ def task_engine(settings: WorkerSettings) -> Engine:
 @lru_cache(maxsize=4)
 def _engine_for(url: str) -> Engine:
     return create_database_engine(url, pool_size=2)
+
+
+def wait_out_outages(
+    action: Callable[[], _T], *, doing: str, sleep: Callable[[float], None] = time.sleep
+) -> _T:
+    """``action()``, tried again for as long as the database is unavailable; its result.
+
+    Fails how: before, a compress or commit task that met a database outage (MariaDB stopped or
+    killed; connection refused or lost, ``coordinator.store.database.is_transient``) failed at once
+    ("cannot look up the job of Spider job 10: … Connection refused"); Spider retried it at once,
+    the retry failed alike, and the job ended Failed. Now the task waits, 0.5 s doubling to 5 s
+    between attempts, with one line when the outage starts and one when it ends (``doing`` names
+    the task and the step). Spider's hard timeout bounds the wait, as for any task. ``action``
+    must be safe to repeat after an error, an ambiguous commit included. Other errors are raised
+    at once.
+    """
+    pause = FIRST_PAUSE_SECS
+    since: float | None = None
+    failures = 0
+    while True:
+        try:
+            result = action()
+        except SQLAlchemyError as error:
+            if not is_transient(error):
+                raise
+            failures += 1
+            if since is None:
+                since = time.monotonic()
+                _log.warning(
+                    "%s: the database is unavailable (%s); waiting for it",
+                    doing,
+                    (str(error).strip().splitlines() or [type(error).__name__])[0][:200],
+                )
+            sleep(pause)
+            pause = min(pause * 2, MAX_PAUSE_SECS)
+            continue
+        if since is not None:
+            _log.warning(
+                "%s: the database is available again after %.1f s (%d failed attempts)",
+                doing,
+                time.monotonic() - since,
+                failures,
+            )
+        return result
