@@ -384,18 +384,24 @@ def test_the_coordinator_section(tmp_path: Path) -> None:
             """\
             coordinator:
               embedded_workers: 3
+              embedded_unrecorded_grace_secs: 2.5
               log_format: "json"
               instance_id: " coordinator-a "
             """,
         )
     )
     assert config.embedded_workers == 3
+    assert config.extras.embedded_unrecorded_grace_secs == 2.5
+    assert load_config(None).extras.embedded_unrecorded_grace_secs is None  # the engine's 60 s
+    assert problems_of(
+        config_file(tmp_path, "coordinator: {embedded_unrecorded_grace_secs: 0}")
+    ) == ["coordinator.embedded_unrecorded_grace_secs: Input should be greater than 0"]
     assert config.extras.log_format == "json"
     assert config.extras.instance_id == "coordinator-a"
     assert problems_of(config_file(tmp_path, "coordinator: {engin: spider}")) == [
-        "coordinator.engin: unknown key; the section takes engine, embedded_workers, data_dir, "
-        "object_store_directory, log_format, instance_id, committed_status, cleanup_task, "
-        "max_job_attempts, legacy_scheduler"
+        "coordinator.engin: unknown key; the section takes engine, embedded_workers, "
+        "embedded_unrecorded_grace_secs, data_dir, object_store_directory, log_format, "
+        "instance_id, committed_status, cleanup_task, max_job_attempts, legacy_scheduler"
     ]
     assert problems_of(config_file(tmp_path, "coordinator: {log_format: xml}")) == [
         "coordinator.log_format: Input should be 'text' or 'json'"

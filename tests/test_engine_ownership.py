@@ -7,6 +7,7 @@ over by an engine already running; an executor outlived a SIGKILLed host process
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,8 +18,10 @@ from pathlib import Path
 
 from sqlalchemy import Engine, select
 
+from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import PROJECT_ROOT
 from coordinator.lifecycle import Actor, JobStatus
+from coordinator.service.runtime import embedded_spider, open_engine, open_runtime
 from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.port import JobState, start_if_ready
 from coordinator.store.guarded import Applied
@@ -229,3 +232,26 @@ def test_a_gone_owners_unrecorded_ready_job_is_cancelled_not_adopted(
         assert second.get_job_state(recorded) is JobState.READY
         assert start_if_ready(second, recorded) is JobState.RUNNING
         assert wait_for(second, recorded, *DONE, timeout=20) is JobState.SUCCEEDED
+
+
+def test_the_unrecorded_registration_grace_is_a_setting(config: CoordinatorConfig) -> None:
+    """``coordinator.embedded_unrecorded_grace_secs`` reaches the engine ``coordinator run``
+    starts: with 1 s, a gone coordinator's unrecorded registration is cancelled within seconds
+    (the default, 60 s, would leave it Ready far longer than this test waits)."""
+    engine = open_engine(config)
+    try:
+        with embedded_spider(config, engine) as first:  # closed: its registration is deleted
+            group = first.resource_group_by_name("rg", PASSWORD)
+            unrecorded = submit(first, group, graph(task("echo")), [b"a"])
+    finally:
+        engine.dispose()
+    assert config.extras.embedded_unrecorded_grace_secs is None
+    short = dataclasses.replace(
+        config, extras=config.extras.model_copy(update={"embedded_unrecorded_grace_secs": 1.0})
+    )
+    with open_runtime(short) as runtime:
+        assert runtime.embedded is not None
+        started = time.monotonic()
+        while runtime.embedded.get_job_state(unrecorded) is not JobState.CANCELLED:
+            assert time.monotonic() - started < 15, "the registration was not cancelled"
+            time.sleep(0.05)

@@ -48,11 +48,10 @@ from coordinator.service.ingest import (
 from coordinator.service.outage import describe_error
 from coordinator.service.runtime import (
     archive_output_of,
+    embedded_spider,
     open_engine,
     open_runtime,
-    worker_settings,
 )
-from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.grpc.server import SpiderServer, run_server
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
@@ -258,9 +257,7 @@ def _spider_serve(args: argparse.Namespace) -> int:
     config = _config(args)
     logs.configure(config.extras.log_format)
     engine = open_engine(config)
-    embedded = EmbeddedSpider(
-        engine, worker_settings(config, database_url(config)), workers=config.embedded_workers
-    ).start()
+    embedded = embedded_spider(config, engine).start()
     stopped = threading.Event()
 
     def stop(signum: int, _: FrameType | None) -> None:

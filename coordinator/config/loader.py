@@ -112,6 +112,13 @@ class CoordinatorExtras(BaseModel):
     embedded_workers: Annotated[int, Field(gt=0)] | None = None
     """How many tasks the embedded engine runs at once. Unset: the number of CPUs."""
 
+    embedded_unrecorded_grace_secs: Annotated[float, Field(gt=0)] | None = None
+    """How long the embedded engine leaves alone a Ready Spider job that no compression job
+    records and whose coordinator is gone (it died between RegisterJob and recording the job), in
+    case the record is only late, before it cancels it. Unset: the engine's default,
+    ``coordinator.spider.embedded.engine.UNRECORDED_GRACE_SECS`` (60 s). A short grace is for tests
+    and soaks; a record later than the grace would find its Spider job cancelled."""
+
     data_dir: Path | None = None
     """The data directory, when neither ``--data-dir`` nor ``$COORDINATOR_HOME`` is given."""
 

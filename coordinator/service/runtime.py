@@ -51,7 +51,7 @@ from coordinator.job_config import (
 )
 from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator, default_instance_id
-from coordinator.spider.embedded.engine import EmbeddedSpider
+from coordinator.spider.embedded.engine import UNRECORDED_GRACE_SECS, EmbeddedSpider
 from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.spider.port import SpiderPort
 from coordinator.store import migrate
@@ -275,12 +275,8 @@ def open_runtime(
     spider: SpiderPort
     if config.engine == "embedded":
         try:
-            embedded = EmbeddedSpider(
-                engine,
-                worker_settings(config, database_url(config)),
-                workers=config.embedded_workers,
-                presence=presence,
-                coordinator_name=name,
+            embedded = embedded_spider(
+                config, engine, presence=presence, coordinator_name=name
             ).start()
         except BaseException:
             presence.close()
@@ -305,6 +301,26 @@ def open_runtime(
     )
     return Runtime(
         config, engine, JobStore(engine), spider, coordinator, embedded, client, presence
+    )
+
+
+def embedded_spider(
+    config: CoordinatorConfig,
+    engine: Engine,
+    *,
+    presence: Presence | None = None,
+    coordinator_name: str | None = None,
+) -> EmbeddedSpider:
+    """The embedded engine with the configuration's settings, not started yet (see
+    ``EmbeddedSpider`` for ``presence`` and ``coordinator_name``)."""
+    grace = config.extras.embedded_unrecorded_grace_secs
+    return EmbeddedSpider(
+        engine,
+        worker_settings(config, database_url(config)),
+        workers=config.embedded_workers,
+        presence=presence,
+        coordinator_name=coordinator_name,
+        unrecorded_grace_secs=UNRECORDED_GRACE_SECS if grace is None else grace,
     )
 
 
