@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, delete, func, insert, select, text
+from sqlalchemy import Engine, delete, func, select, text
 
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.lifecycle import JobStatus
@@ -260,14 +260,29 @@ def test_over_grpc_coordinators_registering_at_once_agree(
     assert _rows(migrated_engine) == [(NAME, ids[0])]
 
 
-def test_over_grpc_a_group_spider_has_but_nobody_recorded_is_a_clear_error(
+def test_over_grpc_a_registration_whose_id_was_never_recorded_is_found_and_recorded(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """A coordinator died (or the database went away) between AddResourceGroup and recording the
+    id: Spider has the name, nothing records its id. Before, every later submission failed until
+    an operator inserted the id; now VerifyResourceGroup (password = name) finds it."""
+    with _over_grpc(migrated_engine, tmp_path) as client:
+        spider = client()
+        spider.add_resource_group("another-deployment", b"another-deployment")
+        spider.add_resource_group("a-third", NAME.encode()[::-1])
+        lost = spider.add_resource_group(NAME, NAME.encode())
+        spider.add_resource_group("registered-later", b"registered-later")
+        assert ResourceGroup(migrated_engine, spider, NAME).id() == lost
+        assert _rows(migrated_engine) == [(NAME, lost)]
+        assert ResourceGroup(migrated_engine, spider, NAME).id() == lost  # from the row now
+
+
+def test_over_grpc_a_group_spider_has_under_another_password_is_a_clear_error(
     migrated_engine: Engine, tmp_path: Path
 ) -> None:
     with _over_grpc(migrated_engine, tmp_path) as client:
         spider = client()
-        spider.add_resource_group(NAME, NAME.encode())
+        spider.add_resource_group(NAME, b"not the name")
         with pytest.raises(ResourceGroupUnavailable, match="spider_resource_groups records no id"):
             ResourceGroup(migrated_engine, spider, NAME).id()
-        with migrated_engine.begin() as connection:
-            connection.execute(insert(SpiderResourceGroup).values(rg_name="other", rg_id=99))
-        assert (NAME, 99) not in _rows(migrated_engine)
+        assert _rows(migrated_engine) == []

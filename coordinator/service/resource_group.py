@@ -20,8 +20,15 @@ Where the id lives depends on the engine:
     replaced. ``invalidate()`` forces the same check after a RegisterJob answered
     ``Unauthenticated``.
   * **Two coordinators registering at once**: the loser's insert (or Spider's ``ALREADY_EXISTS``)
-    makes it read the winner's row instead of failing; only when Spider knows the name but no row
-    records its id is it an error, which names the table to fix.
+    makes it read the winner's row instead of failing.
+  * **A registration whose id was never recorded** (the coordinator died, or the database went
+    away, between ``AddResourceGroup`` and the insert; or the reply was lost): Spider knows the
+    name, nothing records the id, and Spider has no lookup by name. The id is found by asking
+    ``VerifyResourceGroup(id, password = name)`` for ids 1, 2, … up to
+    ``RESOURCE_GROUP_PROBE_LIMIT`` (Spider numbers groups from 1, and only the group registered
+    under this name has this password), then recorded. Only when no id answers (the name was
+    registered with another password, or its id is beyond the limit) is it an error, which names
+    the table to fix.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ from coordinator.spider.port import ResourceGroupExists, SpiderPort, Unauthentic
 from coordinator.store.schema import SpiderResourceGroup
 
 _groups = cast(Table, SpiderResourceGroup.__table__)
+
+RESOURCE_GROUP_PROBE_LIMIT = 1024
+"""How many ids are tried to find a group Spider has under the name but no row records."""
 
 
 class ResourceGroupUnavailable(RuntimeError):
@@ -113,16 +123,44 @@ class ResourceGroup:
             except ResourceGroupExists:
                 time.sleep(0.2)  # another coordinator is registering it; read its row
                 continue
-            try:
-                with self.engine.begin() as connection:
-                    connection.execute(insert(_groups).values(rg_name=self.name, rg_id=new_id))
-                return new_id
-            except IntegrityError:
-                continue  # another coordinator recorded its registration first
+            recorded = self._record(new_id)
+            if recorded is not None:
+                return recorded
+        found = self._find_unrecorded()
+        if found is not None:
+            recorded = self._record(found)
+            stored = recorded if recorded is not None else self._stored()
+            if stored is not None:
+                return stored
         raise ResourceGroupUnavailable(
             f"Spider already has the resource group {self.name!r} but spider_resource_groups "
-            "records no id for it; insert its id there (or reset Spider's storage)"
+            f"records no id for it, and no id up to {RESOURCE_GROUP_PROBE_LIMIT} verifies with "
+            "its password; insert its id there (or reset Spider's storage)"
         )
+
+    def _record(self, group_id: int) -> int | None:
+        """Record ``group_id`` as the name's id; ``None`` when another coordinator recorded one
+        first (read it on the next round)."""
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(insert(_groups).values(rg_name=self.name, rg_id=group_id))
+        except IntegrityError:
+            return None
+        return group_id
+
+    def _find_unrecorded(self) -> int | None:
+        """The id of the group Spider has under this name, found by ``VerifyResourceGroup``
+        (only it has this password); ``None`` when no id up to the limit verifies.
+
+        Raises the port's transport errors.
+        """
+        for candidate in range(1, RESOURCE_GROUP_PROBE_LIMIT + 1):
+            try:
+                self.spider.verify_resource_group(candidate, self.password)
+            except Unauthenticated:
+                continue
+            return candidate
+        return None
 
     def _stored(self) -> int | None:
         with self.engine.connect() as connection:
