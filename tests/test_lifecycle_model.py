@@ -8,13 +8,16 @@ writes an archive file and records it as the compress task does, a commit instan
 success report, a late duplicate instance, Spider failing or cancelling a job, a reset of Spider's
 storage that reuses job ids.
 
-After every step: a Succeeded job never changes; a Failed or Killed job keeps nothing published;
-every Succeeded job's archives are published exactly once and exist; every published row is one a
-task recorded; the history matches the status; CancelJob never reaches a job on which Spider
-would shut down (a Ready one: the coordinator's graphs carry a cleanup task, so CommitReady is
-cancellable). At the
-end the program drives everything to quiescence and checks that every job is terminal, no Spider
-job is left unrecorded and alive, and every archive file is exactly a published archive.
+The database can go away in the middle of a tick, at any statement (a commit that applied but
+whose reply was lost included), for one or more ticks, and the replica may die during it.
+
+After every step: a Succeeded job never changes; an outage never ends a job; a Failed or Killed
+job keeps nothing published; every Succeeded job's archives are published exactly once and exist;
+every published row is one a task recorded; the history matches the status; CancelJob never
+reaches a job on which Spider would shut down (a Ready one: the coordinator's graphs carry a
+cleanup task, so CommitReady is cancellable). At the end the program drives everything to
+quiescence and checks that every job is terminal, no Spider job is left unrecorded and alive, and
+every archive file is exactly a published archive.
 
 Profiles (``COORDINATOR_MODEL_PROFILE``): ``ci`` (default, a bounded number of programs) and
 ``long`` (1,000 programs: ``COORDINATOR_MODEL_PROFILE=long .venv/bin/pytest
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from hypothesis import HealthCheck, settings
+from hypothesis import event as statistic
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -41,7 +46,8 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from sqlalchemy import Engine, Table, func, inspect, select
+from sqlalchemy import Engine, Table, event, func, inspect, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.cli.jobs import cancel_job
 from coordinator.config.loader import CoordinatorConfig, load_config
@@ -59,7 +65,7 @@ from coordinator.spider.port import (
 )
 from coordinator.store import migrate
 from coordinator.store.archives import CommitRefused, publish_archives, published_archives_of_job
-from coordinator.store.database import create_database_engine
+from coordinator.store.database import create_database_engine, is_transient
 from coordinator.store.datasets import archives_table
 from coordinator.store.jobs import JobStore, SpiderJobUnmatched, in_flight_job_of
 from coordinator.store.schema import CompressionJob, JobTransition, StoredArchive
@@ -120,6 +126,62 @@ class ModelClock:
         self.seconds += seconds
 
 
+OUTAGE_TEXT = "disk I/O error (the model's database outage)"
+
+
+class DatabaseOutage:
+    """The database going away in the middle of a coordinator's tick, at a statement the program
+    chooses: that statement and every one after it fail as an unreachable server's would, until
+    the outage ends. With ``reply_lost`` the first failure is a COMMIT that the database applied
+    but whose answer never arrived (a connection lost during the commit).
+
+    Only the coordinators' ticks see it: the task instances' effects (``SimSpider``) and the
+    invariants' reads run between ticks.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.armed = False
+        self.down = False
+        self.reply_lost = False
+        self.statements_left = 0
+        self.failures = 0
+        event.listen(engine, "before_cursor_execute", self._before_execute)
+        real_commit = engine.dialect.do_commit
+
+        def do_commit(dbapi_connection: Any) -> None:
+            if self._fails_now(commit=True) and self.reply_lost:
+                real_commit(dbapi_connection)
+                raise sqlite3.OperationalError(f"{OUTAGE_TEXT}: the commit's reply was lost")
+            if self.down:
+                raise sqlite3.OperationalError(OUTAGE_TEXT)
+            real_commit(dbapi_connection)
+
+        engine.dialect.do_commit = do_commit  # type: ignore[method-assign]
+
+    def arm(self, *, after_statements: int, reply_lost: bool) -> None:
+        self.armed, self.down = True, False
+        self.statements_left, self.reply_lost = after_statements, reply_lost
+
+    def end(self) -> None:
+        self.armed = self.down = False
+
+    def _fails_now(self, *, commit: bool) -> bool:
+        if not self.armed or self.down:
+            return False
+        if self.statements_left > 0:
+            self.statements_left -= 1
+            return False
+        if commit != self.reply_lost:
+            return False
+        self.down = True
+        self.failures += 1
+        return True
+
+    def _before_execute(self, *args: Any) -> None:
+        if self._fails_now(commit=False) or self.down:
+            raise sqlite3.OperationalError(OUTAGE_TEXT)
+
+
 # --- a Spider with Spider's rules and the task package's real effects ---------------------------
 
 
@@ -142,23 +204,26 @@ class SimSpider:
         self.jobs: dict[int, SimJob] = {}
         self.next_id = 1
         self.groups: dict[str, int] = {}
+        self.passwords: dict[int, bytes] = {}
         self.fatal_cancels: list[int] = []
 
     # SpiderPort
     def add_resource_group(self, external_id: str, password: bytes) -> int:
         if external_id in self.groups:
             raise ResourceGroupExists(external_id)
-        self.groups[external_id] = len(self.groups) + 1
-        return self.groups[external_id]
+        group_id = self.groups[external_id] = len(self.groups) + 1
+        self.passwords[group_id] = password
+        return group_id
 
     def verify_resource_group(self, resource_group_id: int, password: bytes) -> None:
-        if resource_group_id not in self.groups.values():
-            raise Unauthenticated(f"no resource group {resource_group_id}")
+        if self.passwords.get(resource_group_id) != password:
+            raise Unauthenticated(f"no resource group {resource_group_id} with this password")
 
     def register_job(
         self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes
     ) -> int:
-        self.verify_resource_group(resource_group_id, b"")
+        if resource_group_id not in self.passwords:  # RegisterJob checks no password
+            raise Unauthenticated("invalid resource group")
         job_id = self.next_id
         self.next_id += 1
         self.jobs[job_id] = SimJob()
@@ -271,6 +336,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.config = load_config(None, data_dir=self.directory)
         self.engine = create_database_engine(f"sqlite:///{database}")
         self.clock = ModelClock()
+        self.outage = DatabaseOutage(self.engine)
         self.store = JobStore(self.engine, clock=self.clock.utc)
         self.spider = SimSpider(self.engine, self.clock, self.config)
         self.replicas: dict[str, Coordinator] = {}
@@ -338,6 +404,39 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.clock.advance(seconds)
         self.replicas[name].tick()
 
+    @rule(
+        name=st.sampled_from(["a", "b"]),
+        after_statements=st.integers(min_value=0, max_value=40),
+        reply_lost=st.booleans(),
+        ticks_down=st.sampled_from([1, 3]),
+        then=st.sampled_from(["carries-on", "crashes"]),
+    )
+    def a_database_outage_mid_tick(
+        self, name: str, after_statements: int, reply_lost: bool, ticks_down: int, then: str
+    ) -> None:
+        """The database goes away at a chosen statement of a tick (possibly a commit that applied
+        but whose reply was lost) and stays away for some ticks; the replica rides it out as
+        ``run`` does (the tick's error is an outage, the loop waits) or dies during it."""
+        self.outage.arm(after_statements=after_statements, reply_lost=reply_lost)
+        try:
+            for _ in range(ticks_down):
+                self.clock.advance(1.0)
+                self._tick_as_run_does(name)
+        finally:
+            hit = self.outage.down
+            self.outage.end()
+        statistic(f"database outage: {'hit' if hit else 'missed'} the tick")
+        if then == "crashes":
+            self.replicas[name] = self._replica(name)
+
+    def _tick_as_run_does(self, name: str) -> None:
+        """``Coordinator.run``'s handling of one tick: an outage makes the tick wait, and only
+        an outage may escape a tick."""
+        try:
+            self.replicas[name].tick()
+        except SQLAlchemyError as error:
+            assert self.outage.down and is_transient(error), f"a tick failed: {error!r}"
+
     @rule(name=st.sampled_from(["a", "b"]))
     def crash_and_restart(self, name: str) -> None:
         """SIGKILL and start again with the same instance id: memory is lost, leases are not."""
@@ -404,6 +503,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         """Spider forgets every job and numbers new ones from 1 again (H11)."""
         self.spider.jobs.clear()
         self.spider.groups.clear()
+        self.spider.passwords.clear()
         self.spider.next_id = 1
 
     @precondition(lambda self: bool(self._in(JobState.READY, JobState.RUNNING)))
@@ -479,6 +579,16 @@ class CoordinatorModel(RuleBasedStateMachine):
         for row in self._rows():
             state = state_of(row.status, row.committed_at)
             assert last.get(row.id, int(JobStatus.PENDING)) == int(state), f"job {row.id}"
+
+    @invariant()
+    def an_outage_never_ends_a_job(self) -> None:
+        with self.engine.connect() as connection:
+            messages = connection.execute(
+                select(_jobs.c.id, _jobs.c.status_msg).where(
+                    _jobs.c.status_msg.contains("model's database outage")
+                )
+            ).all()
+        assert not messages, f"an outage ended jobs: {[tuple(row) for row in messages]}"
 
     @invariant()
     def cancel_never_shuts_spider_down(self) -> None:
