@@ -12,16 +12,22 @@ import time
 from pathlib import Path
 from typing import cast
 
+import pymysql
 import pytest
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import update
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from coordinator.config.loader import load_config
-from coordinator.service.coordinator import Coordinator
+from coordinator.lifecycle import JobStatus
+from coordinator.service.coordinator import Coordinator, DrivenJob
+from coordinator.service.ingest import put_files, submit_job
 from coordinator.service.outage import Outage
 from coordinator.service.runtime import archive_output_of
-from coordinator.spider.port import SpiderPort
+from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
+from coordinator.store.schema import CompressionJob
+from tests.sample_logs import write_json_logs
 
 LOGGER = "coordinator.service.coordinator"
 
@@ -100,5 +106,57 @@ def test_the_service_logs_an_outage_without_tracebacks_and_reports_its_end(
     assert messages[1].startswith("the database still unavailable after ")
     assert messages[2].startswith("the database is available again after ")
     assert len(messages) == 3
+    assert all(record.exc_info is None for record in caplog.records)
+    engine.dispose()
+
+
+class _FailedSpider:
+    """A Spider that reports every job Failed (the only call a poll of a failed job makes)."""
+
+    def get_job_state(self, job_id: int) -> JobState:
+        return JobState.FAILED
+
+
+def test_a_clean_up_that_meets_an_outage_fails_the_tick_without_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a job that ended just as the database went away logged "clean-up failed; the sweep
+    will retry" as an ERROR with the driver's whole traceback; now the outage fails the tick, which
+    the loop logs once as the outage's start."""
+    engine = create_database_engine(f"sqlite:///{tmp_path}/c.db")
+    migrate.upgrade(engine)
+    config = load_config(None, data_dir=tmp_path / "var")
+    source = tmp_path / "in" / "app.jsonl"
+    write_json_logs(source, 10)
+    put_files(config, [source], bucket="logs", prefix="p/")
+    job_id = submit_job(config, engine, prefix="p/")
+    with engine.begin() as connection:  # ended meanwhile (Spider job 7 failed)
+        connection.execute(
+            update(CompressionJob.__table__)
+            .where(CompressionJob.__table__.c.id == job_id)
+            .values(status=int(JobStatus.FAILED), spider_id=7, lease_owner="outage", lease_epoch=1)
+        )
+    coordinator = Coordinator(
+        engine=engine,
+        spider=cast(SpiderPort, _FailedSpider()),
+        settings=config.compression_coordinator,
+        archive_output=archive_output_of(config),
+        instance_id="outage",
+    )
+    coordinator.driven[job_id] = DrivenJob(
+        job_id, 1, JobStatus.RUNNING, 7, "default", b"", backoff_ms=100
+    )
+    lost = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+    outage = OperationalError("DESCRIBE `clp_default_archives`", None, lost)
+
+    def settle(*_: object) -> None:
+        raise outage
+
+    monkeypatch.setattr("coordinator.service.coordinator.settle_archives", settle)
+    with caplog.at_level(logging.INFO), pytest.raises(OperationalError) as raised:
+        coordinator.tick()
+    assert raised.value is outage
+    assert job_id not in coordinator.driven  # concluded: the sweep settles its archives
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert all(record.exc_info is None for record in caplog.records)
     engine.dispose()

@@ -803,11 +803,18 @@ class Coordinator:
     # --- clean-up -------------------------------------------------------------------------------
 
     def _clean_up(self, job: DrivenJob) -> None:
+        """Settle the archives of a job that just ended; the sweep retries what fails here.
+
+        A database outage is raised, so the tick fails and the loop logs the outage once. Before,
+        a job that ended just as the database went away logged an ERROR with a full traceback.
+        """
         if job.spider_id is None:
             return
         try:
             settled = settle_archives(self.engine, job.job_id, self.archive_output)
-        except SQLAlchemyError:
+        except SQLAlchemyError as error:
+            if is_transient(error):
+                raise
             _log.exception("clean-up failed; the sweep will retry", extra=job.log())
             return
         if settled.removed:
