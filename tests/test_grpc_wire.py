@@ -193,6 +193,19 @@ def test_the_files_are_spiders() -> None:
     assert [dependency.name for dependency in storage.dependencies] == ["common/common.proto"]
 
 
+SPIDER_SERVICES = [
+    "JobOrchestrationService",
+    "TaskInstanceManagementService",
+    "InboundQueueService",
+    "ResourceGroupManagementService",
+    "ExecutionManagerLivenessService",
+    "SchedulerRegistrationService",
+    "SessionManagementService",
+]
+"""Every service of Spider's ``storage.proto``, in its order: the file is Spider's whole file
+(test_grpc_upstream.py compares it with Spider's), the internal services included (§7.2)."""
+
+
 def test_services_and_methods_match_the_reference() -> None:
     services = {
         service.full_name: {
@@ -201,7 +214,10 @@ def test_services_and_methods_match_the_reference() -> None:
         }
         for service in storage_pb2.DESCRIPTOR.services_by_name.values()
     }
-    assert services == SERVICES
+    assert {name: services[name] for name in SERVICES} == SERVICES
+    assert [service.name for service in storage_pb2.DESCRIPTOR.services_by_name.values()] == (
+        SPIDER_SERVICES
+    )
     assert not common_pb2.DESCRIPTOR.services_by_name
     for service in storage_pb2.DESCRIPTOR.services_by_name.values():
         for method in service.methods:
@@ -226,10 +242,11 @@ def test_messages_match_the_reference() -> None:
         for file in files
         for message in file.message_types_by_name.values()
     }
-    assert found == MESSAGES
-    for file in files:
+    assert {name: found[name] for name in MESSAGES} == MESSAGES
+    for file in files:  # the messages the coordinator sends or receives have no repeated field
         for message in file.message_types_by_name.values():
-            assert all(not field.is_repeated for field in message.fields), message.full_name
+            if message.full_name in MESSAGES:
+                assert all(not field.is_repeated for field in message.fields), message.full_name
     task_id = common_pb2.TaskId.DESCRIPTOR
     assert [o.name for o in task_id.oneofs] == ["kind"]
     assert [f.name for f in task_id.oneofs_by_name["kind"].fields] == ["index", "commit", "cleanup"]

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x63ommon/common.proto\x12\x06\x63ommon\"\x06\n\x04Void\"b\n\x06TaskId\x12\x0f\n\x05index\x18\x01 \x01(\x04H\x00\x12\x1e\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x0c.common.VoidH\x00\x12\x1f\n\x07\x63leanup\x18\x03 \x01(\x0b\x32\x0c.common.VoidH\x00\x42\x06\n\x04kindb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x63ommon/common.proto\x12\x06\x63ommon\"b\n\x06TaskId\x12\x0f\n\x05index\x18\x01 \x01(\x04H\x00\x12\x1e\n\x06\x63ommit\x18\x02 \x01(\x0b\x32\x0c.common.VoidH\x00\x12\x1f\n\x07\x63leanup\x18\x03 \x01(\x0b\x32\x0c.common.VoidH\x00\x42\x06\n\x04kind\"\x06\n\x04Voidb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'common.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VOID']._serialized_start=31
-  _globals['_VOID']._serialized_end=37
-  _globals['_TASKID']._serialized_start=39
-  _globals['_TASKID']._serialized_end=137
+  _globals['_TASKID']._serialized_start=31
+  _globals['_TASKID']._serialized_end=129
+  _globals['_VOID']._serialized_start=131
+  _globals['_VOID']._serialized_end=137
 # @@protoc_insertion_point(module_scope)

@@ -5,10 +5,6 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class Void(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
 class TaskId(_message.Message):
     __slots__ = ("index", "commit", "cleanup")
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -18,3 +14,7 @@ class TaskId(_message.Message):
     commit: Void
     cleanup: Void
     def __init__(self, index: _Optional[int] = ..., commit: _Optional[_Union[Void, _Mapping]] = ..., cleanup: _Optional[_Union[Void, _Mapping]] = ...) -> None: ...
+
+class Void(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from coordinator.spider.grpc.generated.common import common_pb2 as common_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15storage/storage.proto\x12\x07storage\x1a\x13\x63ommon/common.proto\"\x7f\n\x12RegisterJobRequest\x12\x19\n\x11resource_group_id\x18\x01 \x01(\x04\x12(\n compressed_serialized_task_graph\x18\x02 \x01(\x0c\x12$\n\x1c\x63ompressed_serialized_inputs\x18\x03 \x01(\x0c\"%\n\x13RegisterJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\"\x1e\n\x0cJobIdRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\"4\n\x10JobStateResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.storage.JobState\"0\n\x12JobOutputsResponse\x12\x1a\n\x12serialized_outputs\x18\x01 \x01(\x0c\")\n\x10JobErrorResponse\x12\x15\n\rerror_message\x18\x01 \x01(\t\"O\n\x17\x41\x64\x64ResourceGroupRequest\x12\"\n\x1a\x65xternal_resource_group_id\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\x0c\"4\n\x17ResourceGroupIdResponse\x12\x19\n\x11resource_group_id\x18\x01 \x01(\x04\"I\n\x1aVerifyResourceGroupRequest\x12\x19\n\x11resource_group_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c*\x8c\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\t\n\x05READY\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\x10\n\x0c\x43OMMIT_READY\x10\x03\x12\x11\n\rCLEANUP_READY\x10\x04\x12\r\n\tSUCCEEDED\x10\x05\x12\n\n\x06\x46\x41ILED\x10\x06\x12\r\n\tCANCELLED\x10\x07\x32\xa7\x03\n\x17JobOrchestrationService\x12H\n\x0bRegisterJob\x12\x1b.storage.RegisterJobRequest\x1a\x1c.storage.RegisterJobResponse\x12<\n\x08StartJob\x12\x15.storage.JobIdRequest\x1a\x19.storage.JobStateResponse\x12=\n\tCancelJob\x12\x15.storage.JobIdRequest\x1a\x19.storage.JobStateResponse\x12?\n\x0bGetJobState\x12\x15.storage.JobIdRequest\x1a\x19.storage.JobStateResponse\x12\x43\n\rGetJobOutputs\x12\x15.storage.JobIdRequest\x1a\x1b.storage.JobOutputsResponse\x12?\n\x0bGetJobError\x12\x15.storage.JobIdRequest\x1a\x19.storage.JobErrorResponse2\xc2\x01\n\x1eResourceGroupManagementService\x12V\n\x10\x41\x64\x64ResourceGroup\x12 .storage.AddResourceGroupRequest\x1a .storage.ResourceGroupIdResponse\x12H\n\x13VerifyResourceGroup\x12#.storage.VerifyResourceGroupRequest\x1a\x0c.common.Voidb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15storage/storage.proto\x12\x07storage\x1a\x13\x63ommon/common.proto\"\x7f\n\x12RegisterJobRequest\x12\x19\n\x11resource_group_id\x18\x01 \x01(\x04\x12(\n compressed_serialized_task_graph\x18\x02 \x01(\x0c\x12$\n\x1c\x63ompressed_serialized_inputs\x18\x03 \x01(\x0c\"%\n\x13RegisterJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\"\x1e\n\x0cJobIdRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\"4\n\x10JobStateResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.storage.JobState\"0\n\x12JobOutputsResponse\x12\x1a\n\x12serialized_outputs\x18\x01 \x01(\x0c\")\n\x10JobErrorResponse\x12\x15\n\rerror_message\x18\x01 \x01(\t\";\n\x15PollReadyTasksRequest\x12\x11\n\tmax_items\x18\x01 \x01(\x04\x12\x0f\n\x07wait_ms\x18\x02 \x01(\x04\"<\n\x16PollReadyTasksResponse\x12\"\n\x05tasks\x18\x01 \x01(\x0b\x32\x13.storage.ReadyTasks\"C\n\nReadyTasks\x12\x12\n\nsession_id\x18\x01 \x01(\x04\x12!\n\x05tasks\x18\x02 \x03(\x0b\x32\x12.storage.ReadyTask\"W\n\tReadyTask\x12\x19\n\x11resource_group_id\x18\x01 \x01(\x04\x12\x0e\n\x06job_id\x18\x02 \x01(\x04\x12\x1f\n\x07task_id\x18\x03 \x01(\x0b\x32\x0e.common.TaskId\"\x80\x01\n\x1bRegisterTaskInstanceRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x1f\n\x07task_id\x18\x02 \x01(\x0b\x32\x0e.common.TaskId\x12\x1c\n\x14\x65xecution_manager_id\x18\x03 \x01(\x04\x12\x12\n\nsession_id\x18\x04 \x01(\x04\"T\n\x1cRegisterTaskInstanceResponse\x12\x34\n\x11\x65xecution_context\x18\x01 \x01(\x0b\x32\x19.storage.ExecutionContext\"\xa2\x01\n\x10\x45xecutionContext\x12\x18\n\x10task_instance_id\x18\x01 \x01(\x04\x12(\n\x0btdl_context\x18\x02 \x01(\x0b\x32\x13.storage.TdlContext\x12.\n\x0etimeout_policy\x18\x03 \x01(\x0b\x32\x16.storage.TimeoutPolicy\x12\x1a\n\x12serialized_task_io\x18\x04 \x01(\x0c\"0\n\nTdlContext\x12\x0f\n\x07package\x18\x01 \x01(\t\x12\x11\n\ttask_func\x18\x02 \x01(\t\"A\n\rTimeoutPolicy\x12\x17\n\x0fsoft_timeout_ms\x18\x01 \x01(\x04\x12\x17\n\x0fhard_timeout_ms\x18\x02 \x01(\x04\"\xb3\x01\n\x18ReportTaskSuccessRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x1f\n\x07task_id\x18\x02 \x01(\x0b\x32\x0e.common.TaskId\x12\x18\n\x10task_instance_id\x18\x03 \x01(\x04\x12\x1c\n\x14\x65xecution_manager_id\x18\x04 \x01(\x04\x12\x12\n\nsession_id\x18\x05 \x01(\x04\x12\x1a\n\x12serialized_outputs\x18\x06 \x01(\x0c\"\xae\x01\n\x18ReportTaskFailureRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\x04\x12\x1f\n\x07task_id\x18\x02 \x01(\x0b\x32\x0e.common.TaskId\x12\x18\n\x10task_instance_id\x18\x03 \x01(\x04\x12\x1c\n\x14\x65xecution_manager_id\x18\x04 \x01(\x04\x12\x12\n\nsession_id\x18\x05 \x01(\x04\x12\x15\n\rerror_message\x18\x06 \x01(\t\"O\n\x17\x41\x64\x64ResourceGroupRequest\x12\"\n\x1a\x65xternal_resource_group_id\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\x0c\"4\n\x17ResourceGroupIdResponse\x12\x19\n\x11resource_group_id\x18\x01 \x01(\x04\"I\n\x1aVerifyResourceGroupRequest\x12\x19\n\x11resource_group_id\x18\x01 \x01(\x04\x12\x10\n\x08password\x18\x02 \x01(\x0c\"5\n\x1fRegisterExecutionManagerRequest\x12\x12\n\nip_address\x18\x01 \x01(\t\"9\n\x19\x45xecutionManagerIdRequest\x12\x1c\n\x14\x65xecution_manager_id\x18\x01 \x01(\x04\"P\n\x1c\x45xecutionManagerRegistration\x12\x1c\n\x14\x65xecution_manager_id\x18\x01 \x01(\x04\x12\x12\n\nsession_id\x18\x02 \x01(\x04\"_\n RegisterExecutionManagerResponse\x12;\n\x0cregistration\x18\x01 \x01(\x0b\x32%.storage.ExecutionManagerRegistration\"=\n\'UpdateExecutionManagerHeartbeatResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x04\"6\n\x18RegisterSchedulerRequest\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0c\n\x04port\x18\x02 \x01(\r\"A\n\x15SchedulerRegistration\x12\x14\n\x0cscheduler_id\x18\x01 \x01(\x04\x12\x12\n\nsession_id\x18\x02 \x01(\x04\"Q\n\x19RegisterSchedulerResponse\x12\x34\n\x0cregistration\x18\x01 \x01(\x0b\x32\x1e.storage.SchedulerRegistration\"=\n\tScheduler\x12\x14\n\x0cscheduler_id\x18\x01 \x01(\x04\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0c\n\x04port\x18\x03 \x01(\r\"@\n\x16SchedulerRegistrations\x12&\n\nschedulers\x18\x01 \x03(\x0b\x32\x12.storage.Scheduler\"L\n\x15GetSchedulersResponse\x12\x33\n\nschedulers\x18\x01 \x01(\x0b\x32\x1f.storage.SchedulerRegistrations\"(\n\x12GetSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\x04*\x8c\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\t\n\x05READY\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\x10\n\x0c\x43OMMIT_READY\x10\x03\x12\x11\n\rCLEANUP_READY\x10\x04\x12\r\n\tSUCCEEDED\x10\x05\x12\n\n\x06\x46\x41ILED\x10\x06\x12\r\n\tCANCELLED\x10\x07\x32\xa7\x03\n\x17JobOrchestrationService\x12H\n\x0bRegisterJob\x12\x1b.storage.RegisterJobRequest\x1a\x1c.storage.RegisterJobResponse\x12<\n\x08StartJob\x12\x15.storage.JobIdRequest\x1a\x19.storage.JobStateResponse\x12=\n\tCancelJob\x12\x15.storage.JobIdRequest\x1a\x19.storage.JobStateResponse\x12?\n\x0bGetJobState\x12\x15.storage.JobIdRequest\x1a\x19.storage.JobStateResponse\x12\x43\n\rGetJobOutputs\x12\x15.storage.JobIdRequest\x1a\x1b.storage.JobOutputsResponse\x12?\n\x0bGetJobError\x12\x15.storage.JobIdRequest\x1a\x19.storage.JobErrorResponse2\x90\x02\n\x1dTaskInstanceManagementService\x12\x63\n\x14RegisterTaskInstance\x12$.storage.RegisterTaskInstanceRequest\x1a%.storage.RegisterTaskInstanceResponse\x12\x44\n\x11ReportTaskSuccess\x12!.storage.ReportTaskSuccessRequest\x1a\x0c.common.Void\x12\x44\n\x11ReportTaskFailure\x12!.storage.ReportTaskFailureRequest\x1a\x0c.common.Void2\x9b\x02\n\x13InboundQueueService\x12Q\n\x0ePollReadyTasks\x12\x1e.storage.PollReadyTasksRequest\x1a\x1f.storage.PollReadyTasksResponse\x12W\n\x14PollReadyCommitTasks\x12\x1e.storage.PollReadyTasksRequest\x1a\x1f.storage.PollReadyTasksResponse\x12X\n\x15PollReadyCleanupTasks\x12\x1e.storage.PollReadyTasksRequest\x1a\x1f.storage.PollReadyTasksResponse2\xc2\x01\n\x1eResourceGroupManagementService\x12V\n\x10\x41\x64\x64ResourceGroup\x12 .storage.AddResourceGroupRequest\x1a .storage.ResourceGroupIdResponse\x12H\n\x13VerifyResourceGroup\x12#.storage.VerifyResourceGroupRequest\x1a\x0c.common.Void2\x8b\x02\n\x1f\x45xecutionManagerLivenessService\x12o\n\x18RegisterExecutionManager\x12(.storage.RegisterExecutionManagerRequest\x1a).storage.RegisterExecutionManagerResponse\x12w\n\x1fUpdateExecutionManagerHeartbeat\x12\".storage.ExecutionManagerIdRequest\x1a\x30.storage.UpdateExecutionManagerHeartbeatResponse2\xb9\x01\n\x1cSchedulerRegistrationService\x12Z\n\x11RegisterScheduler\x12!.storage.RegisterSchedulerRequest\x1a\".storage.RegisterSchedulerResponse\x12=\n\rGetSchedulers\x12\x0c.common.Void\x1a\x1e.storage.GetSchedulersResponse2S\n\x18SessionManagementService\x12\x37\n\nGetSession\x12\x0c.common.Void\x1a\x1b.storage.GetSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'storage.storage_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBSTATE']._serialized_start=613
-  _globals['_JOBSTATE']._serialized_end=753
+  _globals['_JOBSTATE']._serialized_start=2563
+  _globals['_JOBSTATE']._serialized_end=2703
   _globals['_REGISTERJOBREQUEST']._serialized_start=55
   _globals['_REGISTERJOBREQUEST']._serialized_end=182
   _globals['_REGISTERJOBRESPONSE']._serialized_start=184
@@ -46,14 +46,70 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBOUTPUTSRESPONSE']._serialized_end=357
   _globals['_JOBERRORRESPONSE']._serialized_start=359
   _globals['_JOBERRORRESPONSE']._serialized_end=400
-  _globals['_ADDRESOURCEGROUPREQUEST']._serialized_start=402
-  _globals['_ADDRESOURCEGROUPREQUEST']._serialized_end=481
-  _globals['_RESOURCEGROUPIDRESPONSE']._serialized_start=483
-  _globals['_RESOURCEGROUPIDRESPONSE']._serialized_end=535
-  _globals['_VERIFYRESOURCEGROUPREQUEST']._serialized_start=537
-  _globals['_VERIFYRESOURCEGROUPREQUEST']._serialized_end=610
-  _globals['_JOBORCHESTRATIONSERVICE']._serialized_start=756
-  _globals['_JOBORCHESTRATIONSERVICE']._serialized_end=1179
-  _globals['_RESOURCEGROUPMANAGEMENTSERVICE']._serialized_start=1182
-  _globals['_RESOURCEGROUPMANAGEMENTSERVICE']._serialized_end=1376
+  _globals['_POLLREADYTASKSREQUEST']._serialized_start=402
+  _globals['_POLLREADYTASKSREQUEST']._serialized_end=461
+  _globals['_POLLREADYTASKSRESPONSE']._serialized_start=463
+  _globals['_POLLREADYTASKSRESPONSE']._serialized_end=523
+  _globals['_READYTASKS']._serialized_start=525
+  _globals['_READYTASKS']._serialized_end=592
+  _globals['_READYTASK']._serialized_start=594
+  _globals['_READYTASK']._serialized_end=681
+  _globals['_REGISTERTASKINSTANCEREQUEST']._serialized_start=684
+  _globals['_REGISTERTASKINSTANCEREQUEST']._serialized_end=812
+  _globals['_REGISTERTASKINSTANCERESPONSE']._serialized_start=814
+  _globals['_REGISTERTASKINSTANCERESPONSE']._serialized_end=898
+  _globals['_EXECUTIONCONTEXT']._serialized_start=901
+  _globals['_EXECUTIONCONTEXT']._serialized_end=1063
+  _globals['_TDLCONTEXT']._serialized_start=1065
+  _globals['_TDLCONTEXT']._serialized_end=1113
+  _globals['_TIMEOUTPOLICY']._serialized_start=1115
+  _globals['_TIMEOUTPOLICY']._serialized_end=1180
+  _globals['_REPORTTASKSUCCESSREQUEST']._serialized_start=1183
+  _globals['_REPORTTASKSUCCESSREQUEST']._serialized_end=1362
+  _globals['_REPORTTASKFAILUREREQUEST']._serialized_start=1365
+  _globals['_REPORTTASKFAILUREREQUEST']._serialized_end=1539
+  _globals['_ADDRESOURCEGROUPREQUEST']._serialized_start=1541
+  _globals['_ADDRESOURCEGROUPREQUEST']._serialized_end=1620
+  _globals['_RESOURCEGROUPIDRESPONSE']._serialized_start=1622
+  _globals['_RESOURCEGROUPIDRESPONSE']._serialized_end=1674
+  _globals['_VERIFYRESOURCEGROUPREQUEST']._serialized_start=1676
+  _globals['_VERIFYRESOURCEGROUPREQUEST']._serialized_end=1749
+  _globals['_REGISTEREXECUTIONMANAGERREQUEST']._serialized_start=1751
+  _globals['_REGISTEREXECUTIONMANAGERREQUEST']._serialized_end=1804
+  _globals['_EXECUTIONMANAGERIDREQUEST']._serialized_start=1806
+  _globals['_EXECUTIONMANAGERIDREQUEST']._serialized_end=1863
+  _globals['_EXECUTIONMANAGERREGISTRATION']._serialized_start=1865
+  _globals['_EXECUTIONMANAGERREGISTRATION']._serialized_end=1945
+  _globals['_REGISTEREXECUTIONMANAGERRESPONSE']._serialized_start=1947
+  _globals['_REGISTEREXECUTIONMANAGERRESPONSE']._serialized_end=2042
+  _globals['_UPDATEEXECUTIONMANAGERHEARTBEATRESPONSE']._serialized_start=2044
+  _globals['_UPDATEEXECUTIONMANAGERHEARTBEATRESPONSE']._serialized_end=2105
+  _globals['_REGISTERSCHEDULERREQUEST']._serialized_start=2107
+  _globals['_REGISTERSCHEDULERREQUEST']._serialized_end=2161
+  _globals['_SCHEDULERREGISTRATION']._serialized_start=2163
+  _globals['_SCHEDULERREGISTRATION']._serialized_end=2228
+  _globals['_REGISTERSCHEDULERRESPONSE']._serialized_start=2230
+  _globals['_REGISTERSCHEDULERRESPONSE']._serialized_end=2311
+  _globals['_SCHEDULER']._serialized_start=2313
+  _globals['_SCHEDULER']._serialized_end=2374
+  _globals['_SCHEDULERREGISTRATIONS']._serialized_start=2376
+  _globals['_SCHEDULERREGISTRATIONS']._serialized_end=2440
+  _globals['_GETSCHEDULERSRESPONSE']._serialized_start=2442
+  _globals['_GETSCHEDULERSRESPONSE']._serialized_end=2518
+  _globals['_GETSESSIONRESPONSE']._serialized_start=2520
+  _globals['_GETSESSIONRESPONSE']._serialized_end=2560
+  _globals['_JOBORCHESTRATIONSERVICE']._serialized_start=2706
+  _globals['_JOBORCHESTRATIONSERVICE']._serialized_end=3129
+  _globals['_TASKINSTANCEMANAGEMENTSERVICE']._serialized_start=3132
+  _globals['_TASKINSTANCEMANAGEMENTSERVICE']._serialized_end=3404
+  _globals['_INBOUNDQUEUESERVICE']._serialized_start=3407
+  _globals['_INBOUNDQUEUESERVICE']._serialized_end=3690
+  _globals['_RESOURCEGROUPMANAGEMENTSERVICE']._serialized_start=3693
+  _globals['_RESOURCEGROUPMANAGEMENTSERVICE']._serialized_end=3887
+  _globals['_EXECUTIONMANAGERLIVENESSSERVICE']._serialized_start=3890
+  _globals['_EXECUTIONMANAGERLIVENESSSERVICE']._serialized_end=4157
+  _globals['_SCHEDULERREGISTRATIONSERVICE']._serialized_start=4160
+  _globals['_SCHEDULERREGISTRATIONSERVICE']._serialized_end=4345
+  _globals['_SESSIONMANAGEMENTSERVICE']._serialized_start=4347
+  _globals['_SESSIONMANAGEMENTSERVICE']._serialized_end=4430
 # @@protoc_insertion_point(module_scope)

@@ -27,7 +27,8 @@ if _version_not_supported:
 
 
 class JobOrchestrationServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Used by the coordinator (GrpcSpider; served by `coordinator spider serve`).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -68,7 +69,8 @@ class JobOrchestrationServiceStub:
 
 
 class JobOrchestrationServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Used by the coordinator (GrpcSpider; served by `coordinator spider serve`).
+    """
 
     def RegisterJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -148,7 +150,8 @@ def add_JobOrchestrationServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class JobOrchestrationService:
-    """Missing associated documentation comment in .proto file."""
+    """Used by the coordinator (GrpcSpider; served by `coordinator spider serve`).
+    """
 
     @staticmethod
     def RegisterJob(request,
@@ -313,8 +316,331 @@ class JobOrchestrationService:
             _registered_method=True)
 
 
+class TaskInstanceManagementServiceStub:
+    """Internal to Spider (execution managers), neither called nor served by the coordinator.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.RegisterTaskInstance = channel.unary_unary(
+                '/storage.TaskInstanceManagementService/RegisterTaskInstance',
+                request_serializer=storage_dot_storage__pb2.RegisterTaskInstanceRequest.SerializeToString,
+                response_deserializer=storage_dot_storage__pb2.RegisterTaskInstanceResponse.FromString,
+                _registered_method=True)
+        self.ReportTaskSuccess = channel.unary_unary(
+                '/storage.TaskInstanceManagementService/ReportTaskSuccess',
+                request_serializer=storage_dot_storage__pb2.ReportTaskSuccessRequest.SerializeToString,
+                response_deserializer=common_dot_common__pb2.Void.FromString,
+                _registered_method=True)
+        self.ReportTaskFailure = channel.unary_unary(
+                '/storage.TaskInstanceManagementService/ReportTaskFailure',
+                request_serializer=storage_dot_storage__pb2.ReportTaskFailureRequest.SerializeToString,
+                response_deserializer=common_dot_common__pb2.Void.FromString,
+                _registered_method=True)
+
+
+class TaskInstanceManagementServiceServicer:
+    """Internal to Spider (execution managers), neither called nor served by the coordinator.
+    """
+
+    def RegisterTaskInstance(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportTaskSuccess(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportTaskFailure(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TaskInstanceManagementServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'RegisterTaskInstance': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterTaskInstance,
+                    request_deserializer=storage_dot_storage__pb2.RegisterTaskInstanceRequest.FromString,
+                    response_serializer=storage_dot_storage__pb2.RegisterTaskInstanceResponse.SerializeToString,
+            ),
+            'ReportTaskSuccess': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportTaskSuccess,
+                    request_deserializer=storage_dot_storage__pb2.ReportTaskSuccessRequest.FromString,
+                    response_serializer=common_dot_common__pb2.Void.SerializeToString,
+            ),
+            'ReportTaskFailure': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportTaskFailure,
+                    request_deserializer=storage_dot_storage__pb2.ReportTaskFailureRequest.FromString,
+                    response_serializer=common_dot_common__pb2.Void.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'storage.TaskInstanceManagementService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('storage.TaskInstanceManagementService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class TaskInstanceManagementService:
+    """Internal to Spider (execution managers), neither called nor served by the coordinator.
+    """
+
+    @staticmethod
+    def RegisterTaskInstance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.TaskInstanceManagementService/RegisterTaskInstance',
+            storage_dot_storage__pb2.RegisterTaskInstanceRequest.SerializeToString,
+            storage_dot_storage__pb2.RegisterTaskInstanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportTaskSuccess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.TaskInstanceManagementService/ReportTaskSuccess',
+            storage_dot_storage__pb2.ReportTaskSuccessRequest.SerializeToString,
+            common_dot_common__pb2.Void.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportTaskFailure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.TaskInstanceManagementService/ReportTaskFailure',
+            storage_dot_storage__pb2.ReportTaskFailureRequest.SerializeToString,
+            common_dot_common__pb2.Void.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class InboundQueueServiceStub:
+    """Internal to Spider (the scheduler).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.PollReadyTasks = channel.unary_unary(
+                '/storage.InboundQueueService/PollReadyTasks',
+                request_serializer=storage_dot_storage__pb2.PollReadyTasksRequest.SerializeToString,
+                response_deserializer=storage_dot_storage__pb2.PollReadyTasksResponse.FromString,
+                _registered_method=True)
+        self.PollReadyCommitTasks = channel.unary_unary(
+                '/storage.InboundQueueService/PollReadyCommitTasks',
+                request_serializer=storage_dot_storage__pb2.PollReadyTasksRequest.SerializeToString,
+                response_deserializer=storage_dot_storage__pb2.PollReadyTasksResponse.FromString,
+                _registered_method=True)
+        self.PollReadyCleanupTasks = channel.unary_unary(
+                '/storage.InboundQueueService/PollReadyCleanupTasks',
+                request_serializer=storage_dot_storage__pb2.PollReadyTasksRequest.SerializeToString,
+                response_deserializer=storage_dot_storage__pb2.PollReadyTasksResponse.FromString,
+                _registered_method=True)
+
+
+class InboundQueueServiceServicer:
+    """Internal to Spider (the scheduler).
+    """
+
+    def PollReadyTasks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PollReadyCommitTasks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PollReadyCleanupTasks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_InboundQueueServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'PollReadyTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.PollReadyTasks,
+                    request_deserializer=storage_dot_storage__pb2.PollReadyTasksRequest.FromString,
+                    response_serializer=storage_dot_storage__pb2.PollReadyTasksResponse.SerializeToString,
+            ),
+            'PollReadyCommitTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.PollReadyCommitTasks,
+                    request_deserializer=storage_dot_storage__pb2.PollReadyTasksRequest.FromString,
+                    response_serializer=storage_dot_storage__pb2.PollReadyTasksResponse.SerializeToString,
+            ),
+            'PollReadyCleanupTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.PollReadyCleanupTasks,
+                    request_deserializer=storage_dot_storage__pb2.PollReadyTasksRequest.FromString,
+                    response_serializer=storage_dot_storage__pb2.PollReadyTasksResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'storage.InboundQueueService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('storage.InboundQueueService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class InboundQueueService:
+    """Internal to Spider (the scheduler).
+    """
+
+    @staticmethod
+    def PollReadyTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.InboundQueueService/PollReadyTasks',
+            storage_dot_storage__pb2.PollReadyTasksRequest.SerializeToString,
+            storage_dot_storage__pb2.PollReadyTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PollReadyCommitTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.InboundQueueService/PollReadyCommitTasks',
+            storage_dot_storage__pb2.PollReadyTasksRequest.SerializeToString,
+            storage_dot_storage__pb2.PollReadyTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PollReadyCleanupTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.InboundQueueService/PollReadyCleanupTasks',
+            storage_dot_storage__pb2.PollReadyTasksRequest.SerializeToString,
+            storage_dot_storage__pb2.PollReadyTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class ResourceGroupManagementServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Used by the coordinator.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -335,7 +661,8 @@ class ResourceGroupManagementServiceStub:
 
 
 class ResourceGroupManagementServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Used by the coordinator.
+    """
 
     def AddResourceGroup(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -371,7 +698,8 @@ def add_ResourceGroupManagementServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ResourceGroupManagementService:
-    """Missing associated documentation comment in .proto file."""
+    """Used by the coordinator.
+    """
 
     @staticmethod
     def AddResourceGroup(request,
@@ -417,6 +745,317 @@ class ResourceGroupManagementService:
             '/storage.ResourceGroupManagementService/VerifyResourceGroup',
             storage_dot_storage__pb2.VerifyResourceGroupRequest.SerializeToString,
             common_dot_common__pb2.Void.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ExecutionManagerLivenessServiceStub:
+    """Internal to Spider (execution managers).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.RegisterExecutionManager = channel.unary_unary(
+                '/storage.ExecutionManagerLivenessService/RegisterExecutionManager',
+                request_serializer=storage_dot_storage__pb2.RegisterExecutionManagerRequest.SerializeToString,
+                response_deserializer=storage_dot_storage__pb2.RegisterExecutionManagerResponse.FromString,
+                _registered_method=True)
+        self.UpdateExecutionManagerHeartbeat = channel.unary_unary(
+                '/storage.ExecutionManagerLivenessService/UpdateExecutionManagerHeartbeat',
+                request_serializer=storage_dot_storage__pb2.ExecutionManagerIdRequest.SerializeToString,
+                response_deserializer=storage_dot_storage__pb2.UpdateExecutionManagerHeartbeatResponse.FromString,
+                _registered_method=True)
+
+
+class ExecutionManagerLivenessServiceServicer:
+    """Internal to Spider (execution managers).
+    """
+
+    def RegisterExecutionManager(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateExecutionManagerHeartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ExecutionManagerLivenessServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'RegisterExecutionManager': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterExecutionManager,
+                    request_deserializer=storage_dot_storage__pb2.RegisterExecutionManagerRequest.FromString,
+                    response_serializer=storage_dot_storage__pb2.RegisterExecutionManagerResponse.SerializeToString,
+            ),
+            'UpdateExecutionManagerHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateExecutionManagerHeartbeat,
+                    request_deserializer=storage_dot_storage__pb2.ExecutionManagerIdRequest.FromString,
+                    response_serializer=storage_dot_storage__pb2.UpdateExecutionManagerHeartbeatResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'storage.ExecutionManagerLivenessService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('storage.ExecutionManagerLivenessService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ExecutionManagerLivenessService:
+    """Internal to Spider (execution managers).
+    """
+
+    @staticmethod
+    def RegisterExecutionManager(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.ExecutionManagerLivenessService/RegisterExecutionManager',
+            storage_dot_storage__pb2.RegisterExecutionManagerRequest.SerializeToString,
+            storage_dot_storage__pb2.RegisterExecutionManagerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateExecutionManagerHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.ExecutionManagerLivenessService/UpdateExecutionManagerHeartbeat',
+            storage_dot_storage__pb2.ExecutionManagerIdRequest.SerializeToString,
+            storage_dot_storage__pb2.UpdateExecutionManagerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class SchedulerRegistrationServiceStub:
+    """Internal to Spider (schedulers).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.RegisterScheduler = channel.unary_unary(
+                '/storage.SchedulerRegistrationService/RegisterScheduler',
+                request_serializer=storage_dot_storage__pb2.RegisterSchedulerRequest.SerializeToString,
+                response_deserializer=storage_dot_storage__pb2.RegisterSchedulerResponse.FromString,
+                _registered_method=True)
+        self.GetSchedulers = channel.unary_unary(
+                '/storage.SchedulerRegistrationService/GetSchedulers',
+                request_serializer=common_dot_common__pb2.Void.SerializeToString,
+                response_deserializer=storage_dot_storage__pb2.GetSchedulersResponse.FromString,
+                _registered_method=True)
+
+
+class SchedulerRegistrationServiceServicer:
+    """Internal to Spider (schedulers).
+    """
+
+    def RegisterScheduler(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSchedulers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SchedulerRegistrationServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'RegisterScheduler': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterScheduler,
+                    request_deserializer=storage_dot_storage__pb2.RegisterSchedulerRequest.FromString,
+                    response_serializer=storage_dot_storage__pb2.RegisterSchedulerResponse.SerializeToString,
+            ),
+            'GetSchedulers': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchedulers,
+                    request_deserializer=common_dot_common__pb2.Void.FromString,
+                    response_serializer=storage_dot_storage__pb2.GetSchedulersResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'storage.SchedulerRegistrationService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('storage.SchedulerRegistrationService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class SchedulerRegistrationService:
+    """Internal to Spider (schedulers).
+    """
+
+    @staticmethod
+    def RegisterScheduler(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.SchedulerRegistrationService/RegisterScheduler',
+            storage_dot_storage__pb2.RegisterSchedulerRequest.SerializeToString,
+            storage_dot_storage__pb2.RegisterSchedulerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchedulers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.SchedulerRegistrationService/GetSchedulers',
+            common_dot_common__pb2.Void.SerializeToString,
+            storage_dot_storage__pb2.GetSchedulersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class SessionManagementServiceStub:
+    """Internal to Spider.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GetSession = channel.unary_unary(
+                '/storage.SessionManagementService/GetSession',
+                request_serializer=common_dot_common__pb2.Void.SerializeToString,
+                response_deserializer=storage_dot_storage__pb2.GetSessionResponse.FromString,
+                _registered_method=True)
+
+
+class SessionManagementServiceServicer:
+    """Internal to Spider.
+    """
+
+    def GetSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SessionManagementServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GetSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSession,
+                    request_deserializer=common_dot_common__pb2.Void.FromString,
+                    response_serializer=storage_dot_storage__pb2.GetSessionResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'storage.SessionManagementService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('storage.SessionManagementService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class SessionManagementService:
+    """Internal to Spider.
+    """
+
+    @staticmethod
+    def GetSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/storage.SessionManagementService/GetSession',
+            common_dot_common__pb2.Void.SerializeToString,
+            storage_dot_storage__pb2.GetSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
