@@ -49,7 +49,10 @@ disagrees with its status (or a terminal job without history); an archive id pub
 Orphans: embedded-engine jobs (``spider_engine_jobs``) not terminal or recorded on no compression
 job (those still Ready whose registrar was SIGKILLed or crashed are listed apart as interrupted
 registrations; none is tolerated); archive files that are not published; stored-archive records of
-Failed/Killed jobs, or not ``published`` records of Succeeded jobs. Duplicate executions: two
+Failed/Killed jobs, or not ``published`` records of Succeeded jobs; scratch directories of task
+instances (``coordinator.tasks.scratch``) left in the staging directory of a replica whose last
+process stopped cleanly (those of a replica SIGKILLed for good, the full soak's scale-down, are
+counted as information: no engine starts on its staging directory again). Duplicate executions: two
 instances of the same task of the same Spider job that both stored an archive (record ``stored`` or
 ``published``); those whose earlier instance ran in a replica process that was SIGKILLed (or
 crashed) (told by the engine's instance ids, which start at the engine's start time in µs) are
@@ -95,6 +98,7 @@ from coordinator.spider.embedded.engine import UNRECORDED_GRACE_SECS, UNRECORDED
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
+from coordinator.tasks.scratch import SCRATCH_NAME
 
 DATASET = "default"
 TERMINAL = (int(JobStatus.SUCCEEDED), int(JobStatus.FAILED), int(JobStatus.KILLED))
@@ -818,7 +822,9 @@ class Findings:
     registrations_cancelled: int = 0
     """Engine jobs an engine cancelled as interrupted registrations (not orphans: resolved)."""
     archives_published: int = 0
-    staging_leftovers: int = 0
+    scratch_of_killed: int = 0
+    """Scratch directories left in the staging directory of a replica whose last process was
+    killed (no engine has started on that staging directory since, so nothing removed them)."""
     final: dict[int, str] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     """ERROR lines of the replicas' logs (information)."""
@@ -836,6 +842,7 @@ VIOLATION_KINDS = (
     "archive id published twice",
 )
 INTERRUPTED_REGISTRATIONS = "interrupted registrations (Ready, unrecorded, registrar killed)"
+SCRATCH_LEFT = "scratch directories of replicas stopped cleanly"
 ORPHAN_KINDS = (
     INTERRUPTED_REGISTRATIONS,
     "engine jobs not terminal",
@@ -843,6 +850,7 @@ ORPHAN_KINDS = (
     "archive files not published",
     "records of Failed/Killed jobs",
     "records of Succeeded jobs not published",
+    SCRATCH_LEFT,
 )
 DUPLICATE_KINDS = ("re-executions after a kill", "re-executions after a stop", "other duplicates")
 
@@ -900,9 +908,29 @@ def check(setup: Setup, engine: Engine, monitor: Monitor, chaos: Chaos) -> Findi
         for line in log.read_text(errors="replace").splitlines():
             if " ERROR " in line or " CRITICAL " in line:
                 findings.errors[f"{log.stem}: {line.split(' ', 3)[-1][:200]}"] += 1
-    staging = setup.root / "replicas"
-    findings.staging_leftovers = sum(1 for p in staging.rglob("*") if p.is_file())
+    check_scratch(findings, setup, chaos)
     return findings
+
+
+def check_scratch(findings: Findings, setup: Setup, chaos: Chaos) -> None:
+    """Scratch directories of task instances left in the replicas' staging directories: orphans
+    when the replica's last process stopped cleanly (its engine removes them when it closes, and
+    when it starts after a kill), else information."""
+    last = {incarnation.replica: incarnation for incarnation in chaos.incarnations}
+    for data_dir in sorted((setup.root / "replicas").glob("*")):
+        staging = data_dir / "staging"
+        if not staging.is_dir():
+            continue
+        ended = last.get(data_dir.name)  # the settler has none: its run ended by itself
+        clean = ended is None or ended.how == "SIGTERM"
+        for path in sorted(staging.iterdir()):
+            if not (SCRATCH_NAME.fullmatch(path.name) and path.is_dir()):
+                continue
+            if not clean:
+                findings.scratch_of_killed += 1
+                continue
+            size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+            findings.orphans[SCRATCH_LEFT].append(f"{data_dir.name}: {path.name} ({size} B)")
 
 
 def check_jobs(
@@ -1237,7 +1265,7 @@ def report(
     rows += [(f"  {k}", str(len(findings.duplicates[k]))) for k in DUPLICATE_KINDS]
     rows += [
         ("tasks run by several instances", str(findings.tasks_with_several_instances)),
-        ("staging files left (info)", str(findings.staging_leftovers)),
+        ("scratch directories of replicas killed for good (info)", str(findings.scratch_of_killed)),
         ("ERROR log lines (info)", str(sum(findings.errors.values()))),
     ]
     width = max(len(name) for name, _ in rows)
