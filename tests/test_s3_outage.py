@@ -16,6 +16,7 @@ run, about 3 s after the first, that succeeds.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -195,7 +196,11 @@ def test_an_outage_longer_than_the_bound_fails_saying_s3_is_unreachable_and_leav
 
     elapsed = time.monotonic() - started
     message = str(raised.value)
-    assert message.startswith("S3 still unreachable or failing after 3 attempt(s) over 0.")
+    over = re.match(
+        r"S3 still unreachable or failing after 3 attempt\(s\) over (\d+\.\d) s ", message
+    )
+    assert over is not None, message
+    assert 0.6 <= float(over.group(1)) <= elapsed  # the back-off (0.2 s + 0.4 s) and the runs
     assert message.endswith(
         f" s while compressing {OBJECTS} object(s) from {bucket} (k0.jsonl and {OBJECTS - 1} "
         f"more): clp-s exited with 1: [error] Encountered curl error while reading "
