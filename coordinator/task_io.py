@@ -14,32 +14,40 @@ dataset                     Option<String> (a bare value: ``encode_dataset``/``d
                             (NonEmptyString), aws_authentication, object_keys (Vec<String>)
 ``AwsAuthentication``       ``["default"]`` or ``["credentials", [key id, secret(, token)]]``
 ``CompressionTaskOutput``   dataset (Option<String>), archives (Vec<ArchiveMetadata>)
-``ArchiveMetadata``         id, begin_timestamp (i64), end_timestamp (i64), size (compressed),
-                            uncompressed_size
+``ArchiveMetadata``         id (String), begin_timestamp, end_timestamp, size (compressed),
+                            uncompressed_size (all i64)
 ==========================  ==================================================================
 
 A compress task receives ``[option, dataset, source]`` and returns one ``CompressionTaskOutput``.
+
+Decoding accepts exactly what the Rust types accept through ``rmp_serde`` (``coordinator.serde``):
+a ``String`` may come as a bin holding UTF-8, a ``NonEmptyString`` only as a str; an ``i64`` size
+may be negative and an archive id empty, as Rust declares them; the authentication is one of the
+two variants ``clp_config/s3_config.rs`` defines (``default``, ``credentials``), never CLP's
+Python-only ``profile`` or ``env_vars``. Encoding refuses a value Rust could not decode.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, SecretStr
+from pydantic import BeforeValidator, Field, ValidationError
 
 from coordinator.serde import (
+    BIN_AS_SEQ,
     I64,
     U8,
     U64,
     Bool,
     NonEmptyText,
-    Size,
+    SecretText,
     Text,
     WireFormatError,
     WireStruct,
+    internally_tagged_reader,
     pack,
     tagged_array_reader,
-    unpack,
+    unpack_wire,
 )
 
 
@@ -49,8 +57,8 @@ class AwsCredentials(WireStruct):
     SKIPPED_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"session_token"})
 
     access_key_id: Text
-    secret_access_key: SecretStr
-    session_token: SecretStr | None = None
+    secret_access_key: SecretText
+    session_token: SecretText | None = None
 
 
 class DefaultAuthentication(WireStruct):
@@ -85,7 +93,13 @@ _AUTHENTICATION_VARIANTS: dict[str, type[WireStruct]] = {
     "profile": ProfileAuthentication,
     "env_vars": EnvVarsAuthentication,
 }
-TASK_AUTHENTICATION_TYPES = frozenset({"default", "credentials"})
+RUST_AUTHENTICATION_VARIANTS: dict[str, type[WireStruct]] = {
+    "default": DefaultAuthentication,
+    "credentials": CredentialsAuthentication,
+}
+"""Rust's ``AwsAuthentication`` (``clp_config/s3_config.rs``), in declaration order: a tag may be
+the variant's index."""
+TASK_AUTHENTICATION_TYPES = frozenset(RUST_AUTHENTICATION_VARIANTS)
 """What CLP's task package (and Rust's ``AwsAuthentication`` at ``e00317e3``) understands."""
 
 
@@ -97,7 +111,20 @@ AwsAuthentication = Annotated[
     BeforeValidator(tagged_array_reader(_AUTHENTICATION_VARIANTS)),
     Field(discriminator="type"),
 ]
-"""CLP's ``AwsAuthentication``, internally tagged on ``type``."""
+"""CLP's ``AwsAuthentication`` as its Python model knows it (four variants), internally tagged on
+``type``; read leniently (the configuration, the job config)."""
+
+RustAwsAuthentication = Annotated[
+    DefaultAuthentication
+    | CredentialsAuthentication
+    | ProfileAuthentication
+    | EnvVarsAuthentication,
+    BeforeValidator(internally_tagged_reader("AwsAuthentication", RUST_AUTHENTICATION_VARIANTS)),
+    Field(discriminator="type"),
+]
+"""Rust's ``AwsAuthentication`` as serde reads it: from the wire (an array or a map) only
+``default`` and ``credentials``, by name (str or bin) or index. An instance of the Python-only
+variants is still held in memory, so that encoding can refuse it with a message."""
 
 
 class ClpSCompressionOption(WireStruct):
@@ -115,8 +142,8 @@ class S3InputSource(WireStruct):
     endpoint_url: NonEmptyText | None = None
     region_code: NonEmptyText | None = None
     bucket: NonEmptyText
-    aws_authentication: AwsAuthentication
-    object_keys: list[Text]
+    aws_authentication: RustAwsAuthentication
+    object_keys: Annotated[list[Text], BIN_AS_SEQ]
 
     def to_wire(self) -> list[Any]:
         """Positional form; fails with ``WireFormatError`` for an authentication tasks lack."""
@@ -131,29 +158,52 @@ class S3InputSource(WireStruct):
 class ArchiveMetadata(WireStruct):
     """One archive a compress task wrote (from ``clp-s --print-archive-stats``)."""
 
-    id: NonEmptyText
+    id: Text
+    """Rust's ``String``: ``""`` decodes, as in Rust."""
     begin_timestamp: I64
     end_timestamp: I64
-    size: Size
-    """Compressed bytes; before ``uncompressed_size`` on the wire."""
-    uncompressed_size: Size
+    size: I64
+    """Compressed bytes; before ``uncompressed_size`` on the wire. An ``i64``, as Rust's."""
+    uncompressed_size: I64
 
 
 class CompressionTaskOutput(WireStruct):
     """What a compress task returns; the commit task receives one per compress task."""
 
     dataset: Text | None = None
-    archives: list[ArchiveMetadata]
+    archives: Annotated[list[ArchiveMetadata], BIN_AS_SEQ]
+
+
+class _Dataset(WireStruct):
+    """The bare ``Option<String>`` compress-task input, checked as a struct field would be."""
+
+    dataset: Text | None
 
 
 def encode_dataset(dataset: str | None) -> bytes:
-    """The second compress-task input, ``Option<String>``: the name, or nil."""
-    return pack(dataset)
+    """The second compress-task input, ``Option<String>``: the name, or nil.
+
+    Raises ``WireFormatError`` for anything Rust could not decode as one (not a string, not UTF-8).
+    """
+    try:
+        checked = _Dataset(dataset=dataset)
+    except ValidationError as error:
+        raise WireFormatError(_dataset_error(error)) from error
+    return pack(checked.dataset)
 
 
 def decode_dataset(data: bytes) -> str | None:
-    """Inverse of ``encode_dataset``; raises ``WireFormatError`` unless it is a string or nil."""
-    value = unpack(data, what="dataset")
-    if value is not None and not isinstance(value, str):
-        raise WireFormatError(f"dataset: expected a string or nil, got {type(value).__name__}")
-    return value
+    """Inverse of ``encode_dataset``: nil, a str, or a bin holding UTF-8 (Rust's ``String``).
+
+    Raises ``WireFormatError`` for anything else.
+    """
+    value = unpack_wire(data, what="dataset")
+    try:
+        return _Dataset(dataset=value).dataset
+    except ValidationError as error:
+        raise WireFormatError(_dataset_error(error)) from error
+
+
+def _dataset_error(error: ValidationError) -> str:
+    reasons = "; ".join(detail["msg"] for detail in error.errors(include_url=False))
+    return f"dataset: expected a string or nil: {reasons}"

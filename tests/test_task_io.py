@@ -146,11 +146,6 @@ def test_bad_sources_are_rejected_naming_the_field(data: Any, message: str) -> N
         S3InputSource.from_msgpack(msgpack.packb(data))
 
 
-def test_negative_sizes_are_rejected() -> None:
-    with pytest.raises(WireFormatError, match="ArchiveMetadata.size"):
-        ArchiveMetadata.from_msgpack(msgpack.packb(["a", 0, 1, -40, 100]))
-
-
 def test_garbage_is_a_clear_error() -> None:
     for data in (b"", b"\xc1", b"\x94\x01"):
         with pytest.raises(WireFormatError, match="ClpSCompressionOption"):
