@@ -16,16 +16,15 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import boto3
 import pytest
 from moto import settings as moto_settings
-from moto.server import ThreadedMotoServer
 from sqlalchemy import Engine
 
 from coordinator.config.loader import CoordinatorConfig
@@ -56,6 +55,7 @@ from tests.service_support import (
     run_until_idle,
     runtime_over,
 )
+from tests.tcp_proxy import proxy_to
 from tests.test_compress_task import (
     INPUT_CREDENTIALS,
     JOB_ID,
@@ -134,9 +134,7 @@ def test_a_full_archive_output_fails_the_task_saying_no_space_left_and_leaves_no
     (archives / "web_logs").mkdir()
     _fill(archives)
     write_json_logs(tmp_path / "objects" / "logs" / "a.jsonl", 200)
-    settings = settings_for(
-        tmp_path, worker_database_url, FsArchiveOutput(directory=archives)
-    )
+    settings = settings_for(tmp_path, worker_database_url, FsArchiveOutput(directory=archives))
 
     with pytest.raises(TaskError) as raised:
         clp_s_s3_compress(_context(settings), task_inputs(["a.jsonl"], store=tmp_path / "objects"))
@@ -260,20 +258,23 @@ def test_an_unwritable_archive_directory_fails_saying_permission_denied(
 
 
 def test_an_upload_to_a_missing_bucket_says_the_bucket_does_not_exist(
-    tmp_path: Path, s3_endpoint: str
+    tmp_path: Path, s3_endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     bucket = f"missing-{uuid.uuid4().hex[:8]}"
     output = S3ArchiveOutput(
         bucket=bucket, key_prefix="", endpoint_url=s3_endpoint, aws_authentication=INPUT_CREDENTIALS
     )
-    started = time.monotonic()
-    with pytest.raises(TaskError) as raised:
+    with (
+        caplog.at_level(logging.WARNING, logger="coordinator.tasks.archive_storage"),
+        pytest.raises(TaskError) as raised,
+    ):
         store_archive(output, staged_file(tmp_path), "ds", "archive-3")
     assert str(raised.value) == (
         f"cannot upload archive archive-3 to s3://{bucket}/ds/archive-3: "
         f"bucket {bucket} does not exist (NoSuchBucket, HTTP 404)"
     )
-    assert time.monotonic() - started < 2  # not retried: it would not change
+    # Not retried: it would not change.
+    assert not any("retrying in" in record.getMessage() for record in caplog.records)
 
 
 def test_an_upload_refused_by_iam_says_access_denied(tmp_path: Path, s3_endpoint: str) -> None:
@@ -322,25 +323,18 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def late_s3() -> Iterator[Callable[[float], str]]:
-    """An S3 endpoint that starts answering after ``delay`` seconds (moto shares its buckets)."""
-    servers: list[ThreadedMotoServer] = []
-    timers: list[threading.Timer] = []
+def late_s3(s3_endpoint: str) -> Iterator[Callable[[float], str]]:
+    """An S3 endpoint whose first connection is reset and which then refuses connections for
+    ``seconds`` (a proxy in front of moto, so the outage begins with the call whatever the
+    machine's load)."""
+    with ExitStack() as stack:
 
-    def endpoint(delay: float) -> str:
-        port = _free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        servers.append(server)
-        timer = threading.Timer(delay, server.start)
-        timers.append(timer)
-        timer.start()
-        return f"http://127.0.0.1:{port}"
+        def endpoint(seconds: float) -> str:
+            proxy = stack.enter_context(proxy_to(s3_endpoint))
+            proxy.outage_at_connection(1, seconds)
+            return proxy.url
 
-    yield endpoint
-    for timer in timers:
-        timer.join()
-    for server in servers:
-        server.stop()
+        yield endpoint
 
 
 def _output(bucket: str, endpoint: str) -> S3ArchiveOutput:
