@@ -10,11 +10,16 @@
   the frame: ``0`` plain, ``1`` zstd(frame), the latter when the payloads sum to more than 1 KiB.
 
 An empty frame is ``00000000``.
+
+Reading follows Spider's reader exactly (``spider-utils/src/wire.rs``,
+``WireFrameBuilder::unframe_payloads``): the count and every declared payload must be there, and
+bytes after the last declared payload are ignored. zstd is decoded as ``zstd::stream::decode_all``
+does (``spider-core/src/compression.rs``): every frame of the blob, each with or without a content
+size (``decode_zstd_frames``, shared with the job config).
 """
 
 from __future__ import annotations
 
-import io
 import struct
 from collections.abc import Sequence
 
@@ -44,22 +49,37 @@ def encode_frame(payloads: Sequence[bytes]) -> bytes:
 
 
 def decode_frame(frame: bytes) -> list[bytes]:
-    """The payloads of ``frame``; raises ``InvalidFrame`` if it is short, truncated or too long."""
+    """The payloads of ``frame``, read as Spider reads them; raises ``InvalidFrame``.
+
+    ``spider-utils/src/wire.rs`` ``unframe_payloads`` (lines 274-303): a buffer shorter than the
+    4-byte count, or one that ends before a declared payload's length or inside its bytes, is
+    refused with Spider's reason; whatever follows the ``count``-th payload is never looked at.
+    """
     if len(frame) < _U32.size:
-        raise InvalidFrame(f"a frame needs at least 4 bytes, got {len(frame)}")
+        raise InvalidFrame(
+            "invalid wire format: buffer too small for the payload count header "
+            f"(a frame needs at least 4 bytes, got {len(frame)})"
+        )
     (count,) = _U32.unpack_from(frame, 0)
     offset, payloads = _U32.size, []
     for index in range(count):
         if offset + _U32.size > len(frame):
-            raise InvalidFrame(f"frame truncated before the length of payload {index} of {count}")
+            raise InvalidFrame(
+                "invalid wire format: unexpected end of buffer reading payload length "
+                f"(frame truncated before the length of payload {index} of {count})"
+            )
         (length,) = _U32.unpack_from(frame, offset)
         offset += _U32.size
         if offset + length > len(frame):
-            raise InvalidFrame(f"frame truncated inside payload {index} ({length} bytes)")
+            raise InvalidFrame(
+                "invalid wire format: unexpected end of buffer reading payload data "
+                f"(frame truncated inside payload {index}: {length} bytes declared, "
+                f"{len(frame) - offset} left)"
+            )
         payloads.append(frame[offset : offset + length])
         offset += length
-    if offset != len(frame):
-        raise InvalidFrame(f"{len(frame) - offset} trailing bytes after {count} payloads")
+    # Trailing bytes after the declared payloads are ignored, as unframe_payloads ignores them
+    # (it returns after the loop without comparing `pos` with the buffer's length).
     return payloads
 
 
@@ -68,22 +88,65 @@ def compress(data: bytes) -> bytes:
     return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
 
 
-def decompress(data: bytes, what: str) -> bytes:
-    """Inverse of ``compress``, streaming (frames with or without a content size).
+class ZstdFramesError(ValueError):
+    """Bytes ``zstd::stream::decode_all`` refuses (the message says why), or too much output."""
 
-    Raises ``InvalidFrame`` naming ``what`` for non-zstd bytes or output past 256 MiB.
+
+_ZSTD_CHUNK = 1024
+"""Compressed bytes fed to zstd at a time: one zstd block inflates at most 32,768-fold (an RLE
+block: 4 bytes for 128 KiB), so the output limit is overshot by at most 32 MiB."""
+
+
+def decode_zstd_frames(data: bytes, limit: int) -> bytes:
+    """Every zstd frame of ``data``, concatenated, as Rust's ``zstd::stream::decode_all`` reads it.
+
+    The zstd crate's streaming reader (``zstd/src/stream/zio/reader.rs``, ``Reader::read``, not
+    single-frame) decodes frame after frame until the input ends: each frame with or without a
+    content size (and skippable frames, which give nothing), the next one starting right after the
+    previous one ends. So bytes after a frame that are not another frame are an error (libzstd's
+    ``Unknown frame descriptor``), and an input that ends inside a frame, or is empty, is an error
+    too (``finish`` with no finished frame: ``incomplete frame``, ``zstd/src/stream/raw.rs``).
+
+    Rust sets no output limit; here output past ``limit`` bytes raises ``ZstdFramesError`` as well
+    (a few hundred bytes of zstd can claim gigabytes). Nothing else escapes.
+    """
+    if not data:
+        raise ZstdFramesError("incomplete frame")
+    decompressor = zstandard.ZstdDecompressor()
+    view = memoryview(data)
+    output = bytearray()
+    position = 0
+    while position < len(data):
+        frame = decompressor.decompressobj()  # one frame; a new context for the next one
+        while not frame.eof:
+            if position >= len(data):
+                raise ZstdFramesError("incomplete frame")
+            chunk = view[position : position + _ZSTD_CHUNK]
+            position += len(chunk)
+            try:
+                output += frame.decompress(chunk)
+            except zstandard.ZstdError as error:
+                # "zstd decompressor error: Unknown frame descriptor": libzstd's reason, which is
+                # what the zstd crate reports (zstd_safe::get_error_name).
+                reason = str(error).partition("error: ")[2] or str(error)
+                raise ZstdFramesError(f"zstd decompress error: {reason}") from error
+            if len(output) > limit:
+                raise ZstdFramesError(f"inflates past {limit} bytes")
+        position -= len(frame.unused_data)  # the next frame starts where this one ended
+    return bytes(output)
+
+
+def decompress(data: bytes, what: str) -> bytes:
+    """Inverse of ``compress``: every frame, as Spider's ``decode_zstd_bytes`` reads it.
+
+    ``spider-core/src/compression.rs`` line 30 (``zstd::stream::decode_all``); see
+    ``decode_zstd_frames``. Raises ``InvalidFrame`` naming ``what`` for bytes Spider refuses or
+    output past 256 MiB.
     """
     try:
-        raw = (
-            zstandard.ZstdDecompressor()
-            .stream_reader(io.BytesIO(data))
-            .read(MAX_DECOMPRESSED_BYTES + 1)
-        )
-    except zstandard.ZstdError as error:
+        return decode_zstd_frames(data, MAX_DECOMPRESSED_BYTES)
+    except ZstdFramesError as error:
         raise InvalidFrame(f"{what} is not zstd-compressed: {error}") from error
-    if len(raw) > MAX_DECOMPRESSED_BYTES:
-        raise InvalidFrame(f"{what} inflates past {MAX_DECOMPRESSED_BYTES} bytes")
-    return raw
 
 
 def encode_job_inputs(payloads: Sequence[bytes]) -> bytes:
