@@ -154,7 +154,19 @@ CASES = [
         lambda _: b"compression job config, not a zstd frame",
         "the job config is not a zstd frame: zstd decompress error: Unknown frame descriptor",
     ),
-    _undecodable("empty_blob", lambda _: b"", "ClpIoConfig: truncated or empty msgpack (0 bytes)"),
+    _undecodable(
+        "empty_blob", lambda _: b"", "the job config is not a zstd frame: incomplete frame"
+    ),
+    _undecodable(
+        "bytes_after_the_frame",
+        lambda ctx: _blob(ctx.named) + b"\x00",
+        "the job config is not a zstd frame: zstd decompress error: Unknown frame descriptor",
+    ),
+    _undecodable(
+        "empty_msgpack",
+        lambda _: _zstd(b""),
+        "ClpIoConfig: truncated or empty msgpack (0 bytes)",
+    ),
     _undecodable(
         "zstd_of_not_msgpack",
         lambda _: _zstd(b"\xc1"),
@@ -168,38 +180,38 @@ CASES = [
     _undecodable(
         "msgpack_not_a_map",
         lambda _: _blob(42),
-        "ClpIoConfig: Input should be a valid dictionary or instance of ClpIoConfig",
+        "ClpIoConfig: invalid type: integer `42`, expected struct ClpIoConfig",
     ),
     _undecodable(
         "map_without_input",
         lambda ctx: _blob({"output": ctx.named["output"]}),
-        "ClpIoConfig.input: Field required",
+        "ClpIoConfig: missing field `input`",
     ),
     _undecodable(
         "input_not_a_map",
         lambda ctx: _blob({**ctx.named, "input": "s3_object_metadata"}),
-        "ClpIoConfig.input: Input should be a valid dictionary or object to extract fields from",
+        'ClpIoConfig.input: invalid type: string "s3_object_metadata", expected internally '
+        "tagged enum InputConfig",
     ),
     _undecodable(
         "type_not_a_string",
         lambda ctx: _with_input(ctx, type=5),
-        "ClpIoConfig.input: Input tag '5' found using 'type' does not match any of the expected "
-        "tags: 's3_object_metadata', 's3', 'fs'",
+        "ClpIoConfig.input.type: invalid value: integer `5`, expected variant index 0 <= i < 2",
     ),
     _undecodable(
         "array_key_at_the_top",
         lambda _: _blob({(1,): 2}),
-        "ClpIoConfig: a msgpack map has an array or a map as a key (unhashable type: 'list')",
+        "ClpIoConfig: invalid type: sequence, expected field identifier",
     ),
     _undecodable(
         "array_key_in_the_input",
         _nested_array_key,
-        "ClpIoConfig: a msgpack map has an array or a map as a key (unhashable type: 'list')",
+        "ClpIoConfig.input.s3_object_metadata: invalid type: sequence, expected field identifier",
     ),
     _undecodable(
         "map_key",
         lambda _: _zstd(b"\x81\x80\x01"),
-        "ClpIoConfig: a msgpack map has an array or a map as a key (unhashable type: 'dict')",
+        "ClpIoConfig: invalid type: map, expected field identifier",
     ),
     _undecodable(
         "huge_inflation",
@@ -209,27 +221,32 @@ CASES = [
     _invalid_config(
         "negative_id",
         lambda ctx: _with_input(ctx, s3_object_metadata_ids=[-1]),
-        _invalid("s3_object_metadata_ids.0", "Input should be greater than or equal to 0"),
+        _invalid("s3_object_metadata_ids.0", "invalid value: integer `-1`, expected u64"),
     ),
     _invalid_config(
         "id_beyond_u64_as_a_float",
         lambda ctx: _with_input(ctx, s3_object_metadata_ids=[2.0**64]),
-        _invalid("s3_object_metadata_ids.0", "Input should be a valid integer"),
+        _invalid(
+            "s3_object_metadata_ids.0",
+            "invalid type: floating point `18446744073709552000.0`, expected u64",
+        ),
     ),
     _invalid_config(
         "negative_ingestion_job",
         lambda ctx: _with_input(ctx, ingestion_job_id=-3),
-        _invalid("ingestion_job_id", "Input should be greater than or equal to 0"),
+        _invalid("ingestion_job_id", "invalid value: integer `-3`, expected u64"),
     ),
     _invalid_config(
         "ingestion_job_as_a_string",
         lambda ctx: _with_input(ctx, ingestion_job_id="7"),
-        _invalid("ingestion_job_id", "Input should be a valid integer"),
+        _invalid("ingestion_job_id", 'invalid type: string "7", expected u64'),
     ),
     _invalid_config(
         "bucket_as_a_number",
         lambda ctx: _with_input(ctx, bucket=5),
-        _invalid("bucket", "Input should be a valid string"),
+        _invalid(
+            "bucket", "invalid type: integer `5`, expected a string with a length of more than 0"
+        ),
     ),
     _invalid_config(
         "unstructured_missing",
@@ -239,12 +256,12 @@ CASES = [
                 "input": {k: v for k, v in ctx.named["input"].items() if k != "unstructured"},
             }
         ),
-        _invalid("unstructured", "Field required"),
+        "ClpIoConfig.input.s3_object_metadata: missing field `unstructured`",
     ),
     _invalid_config(
         "compression_level_beyond_u8",
         lambda ctx: _with_output(ctx, compression_level=256),
-        "ClpIoConfig.output.compression_level: Input should be less than or equal to 255",
+        "ClpIoConfig.output.compression_level: invalid value: integer `256`, expected u8",
     ),
     _foreign(
         "input_without_type",  # CLP's Python CLI writes its s3 jobs so
@@ -269,31 +286,20 @@ CASES = [
         ),
     ),
     _foreign("fs_as_an_integer_keyed_map", lambda ctx: _blob({0: {0: "fs", 1: ["/a"]}, 1: {}})),
-    Case(
-        "s3_object_metadata_as_an_array_of_missing_objects",
-        lambda ctx: _blob(
-            [
-                [*_input_array(ctx)[:7], [*ctx.ids, 987_654], *_input_array(ctx)[8:]],
-                _output_array(ctx),
-            ]
-        ),
-        JobStatus.FAILED,
-        lambda ctx: f"{FAILED}missing S3 object metadata 987654 for ingestion job {ctx.ingestion}",
-    ),
-    Case(
-        "s3_object_metadata_as_an_integer_keyed_map_of_missing_objects",
-        lambda ctx: _blob(
-            {
-                0: dict(enumerate([*_input_array(ctx)[:7], [987_654], *_input_array(ctx)[8:]])),
-                1: ctx.named["output"],
-            }
-        ),
-        JobStatus.FAILED,
-        lambda ctx: f"{FAILED}missing S3 object metadata 987654 for ingestion job {ctx.ingestion}",
-    ),
-    Case(  # rmp_serde::to_vec's positional form of a valid job is the coordinator's, and runs
+    _invalid_config(  # rmp_serde::to_vec's positional input: CLP's Rust decoder refuses it
         "s3_object_metadata_as_an_array",
         lambda ctx: _blob([_input_array(ctx), _output_array(ctx)]),
+        "ClpIoConfig.input: invalid type: sequence, expected struct variant "
+        "InputConfig::S3ObjectMetadataInputConfig",
+    ),
+    _invalid_config(
+        "s3_object_metadata_as_an_integer_keyed_map",
+        lambda ctx: _blob({0: dict(enumerate(_input_array(ctx))), 1: ctx.named["output"]}),
+        "ClpIoConfig.input: missing field `type`",
+    ),
+    Case(  # the positional form of ClpIoConfig itself (not of its flattened input) runs
+        "clp_io_config_as_an_array",
+        lambda ctx: _blob([ctx.named["input"], _output_array(ctx)]),
         JobStatus.SUCCEEDED,
         lambda _: "",
     ),

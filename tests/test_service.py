@@ -278,7 +278,7 @@ def test_invalid_jobs_fail_with_a_precise_message_and_the_loop_carries_on(
         job, _, _ = submit_edited_job(config, rt.engine, empty_prefix)
         expected[job] = (
             "Failed to deserialize CLP I/O config: ClpIoConfig.input.s3_object_metadata."
-            "key_prefix: String should have at least 1 character"
+            'key_prefix: invalid value: string "", expected a string with a length of more than 0'
         )
 
         def missing_id(named: dict[str, Any], ids: list[int]) -> None:

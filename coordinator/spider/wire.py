@@ -92,6 +92,10 @@ class ZstdFramesError(ValueError):
     """Bytes ``zstd::stream::decode_all`` refuses (the message says why), or too much output."""
 
 
+class ZstdOutputTooLarge(ZstdFramesError):
+    """Output past the caller's limit (Rust sets none; this one protects the process)."""
+
+
 _ZSTD_CHUNK = 1024
 """Compressed bytes fed to zstd at a time: one zstd block inflates at most 32,768-fold (an RLE
 block: 4 bytes for 128 KiB), so the output limit is overshot by at most 32 MiB."""
@@ -107,8 +111,8 @@ def decode_zstd_frames(data: bytes, limit: int) -> bytes:
     ``Unknown frame descriptor``), and an input that ends inside a frame, or is empty, is an error
     too (``finish`` with no finished frame: ``incomplete frame``, ``zstd/src/stream/raw.rs``).
 
-    Rust sets no output limit; here output past ``limit`` bytes raises ``ZstdFramesError`` as well
-    (a few hundred bytes of zstd can claim gigabytes). Nothing else escapes.
+    Rust sets no output limit; here output past ``limit`` bytes raises ``ZstdOutputTooLarge`` (a
+    ``ZstdFramesError``: a few hundred bytes of zstd can claim gigabytes). Nothing else escapes.
     """
     if not data:
         raise ZstdFramesError("incomplete frame")
@@ -131,7 +135,7 @@ def decode_zstd_frames(data: bytes, limit: int) -> bytes:
                 reason = str(error).partition("error: ")[2] or str(error)
                 raise ZstdFramesError(f"zstd decompress error: {reason}") from error
             if len(output) > limit:
-                raise ZstdFramesError(f"inflates past {limit} bytes")
+                raise ZstdOutputTooLarge(f"inflates past {limit} bytes")
         position -= len(frame.unused_data)  # the next frame starts where this one ended
     return bytes(output)
 
