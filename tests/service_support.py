@@ -171,6 +171,7 @@ def coordinator_with(
     settings: CompressionCoordinator | None = None,
     instance_id: str = "test-coordinator",
     clock: Callable[[], float] = time.monotonic,
+    cleanup_task: bool = True,
 ) -> Coordinator:
     """A coordinator over the runtime's database and archive output, as ``open_runtime`` builds."""
     return Coordinator(
@@ -182,6 +183,7 @@ def coordinator_with(
         lease_duration=timedelta(seconds=5),
         owns_undecodable_jobs=True,
         clock=clock,
+        cleanup_task=cleanup_task,
     )
 
 

@@ -23,7 +23,7 @@ from sqlalchemy import Table, delete, update
 
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.lifecycle import JobStatus
-from coordinator.service.coordinator import UNPUBLISHED
+from coordinator.service.coordinator import CANCELLED_AT_OUTCOME, UNPUBLISHED
 from coordinator.service.ingest import submit_job
 from coordinator.service.runtime import Runtime, cleanup_task_of
 from coordinator.spider.embedded.faults import Fault
@@ -227,6 +227,51 @@ def test_cancel_job_is_safe_when_the_job_reaches_commit_ready_after_the_state_re
     assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
 
 
+def test_without_a_cleanup_task_a_started_job_is_never_sent_cancel_job_and_ends_killed_at_its_end(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    """CLP's own graphs (no cleanup task): a started job may reach CommitReady between any state
+    read and CancelJob, where a real Spider shuts its storage down. Before, the coordinator sent
+    CancelJob to a Running job and the forced interleaving made it fatal; now a started job is
+    left to finish and the cancel wins at its outcome."""
+    config = two_objects
+    job_id = submit_job(config, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    spider = _CommitReadyBeforeCancel(rt.spider)
+    coordinator = coordinator_with(rt, spider=spider, cleanup_task=False)
+    tick_until(coordinator, lambda: _status(rt, job_id) is JobStatus.RUNNING)
+    spider_id = _spider_id(rt, job_id)
+    assert request_cancel(rt.engine, job_id, rt.store.clock())
+    tick_until(coordinator, lambda: _ended(rt, job_id), timeout=30)
+
+    assert spider.cancelled_in == [] and spider.fatal == []
+    assert rt.spider.get_job_state(spider_id) is JobState.SUCCEEDED  # Spider ran it to its end
+    row = job_row(rt, job_id)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, CANCELLED_AT_OUTCOME + WITHDRAWN)
+    assert triggers(rt, job_id) == ["submitted", "committed", "rolled_back"]
+    assert published(rt.engine, DATASET, spider_id) == []
+    assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
+
+
+def test_without_a_cleanup_task_a_recorded_job_spider_has_not_started_is_cancelled_in_ready(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    """Ready is the one state only StartJob moves on: without a cleanup task, Spider cancels it
+    (→ Cancelled) and nothing races, so the job is not started first."""
+    job_id = submit_job(two_objects, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    spider = _HeldStart(rt.spider)
+    coordinator = coordinator_with(rt, spider=spider, cleanup_task=False)
+    tick_until(coordinator, lambda: _status(rt, job_id) is JobStatus.RUNNING)
+    spider_id = _spider_id(rt, job_id)
+    assert rt.spider.get_job_state(spider_id) is JobState.READY
+    assert request_cancel(rt.engine, job_id, rt.store.clock())
+    tick_until(coordinator, lambda: _ended(rt, job_id), timeout=20)
+
+    assert spider.cancelled_in == [JobState.READY] and spider.fatal == []
+    row = job_row(rt, job_id)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, SPIDER_CANCELLED)
+    assert rt.spider.get_job_state(spider_id) is JobState.CANCELLED
+
+
 # --- 3. finalising needs evidence -----------------------------------------------------------------
 
 
@@ -296,7 +341,6 @@ def test_a_commit_marker_without_archives_is_not_finalised(
     assert triggers(rt, job_id) == ["submitted", "rolled_back"]
     assert published(rt.engine, DATASET, spider_id) == []
     assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
-
 
 
 def test_the_cleanup_task_follows_the_engine_unless_configured(tmp_path: Path) -> None:

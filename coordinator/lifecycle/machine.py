@@ -198,7 +198,10 @@ EDGES: tuple[Edge, ...] = (
         _COORDINATOR,
         guards=_AFTER_SUBMISSION,
         records=(*_ENDS_BADLY, Record.DURATION),
-        why="Spider cancelled the job before any commit took effect.",
+        why=(
+            "Spider cancelled the job before any commit took effect (or, for a graph without a "
+            "cleanup task, an operator's cancel is honoured when Spider finishes it)."
+        ),
     ),
     _edge(
         "finalised",
@@ -224,7 +227,11 @@ EDGES: tuple[Edge, ...] = (
         _COORDINATOR,
         guards=_AFTER_SUBMISSION,
         records=_ENDS_BADLY,
-        why="Spider cancelled the job after the commit took effect; its archives are withdrawn.",
+        why=(
+            "Spider cancelled the job after the commit took effect (or an operator's cancel is "
+            "honoured when Spider finishes a graph without a cleanup task); its archives are "
+            "withdrawn."
+        ),
     ),
 )
 

@@ -13,6 +13,10 @@ Each ``tick``:
    a takeover too) until the job concludes. **A cancel wins until Spider reports Succeeded**:
    Spider Cancelled → Killed, rolled back if the commit had already published (Committed); Spider
    Succeeded first → the job completes (the cancel came too late; logged); Spider Failed → Failed.
+   A graph without a cleanup task (``coordinator.cleanup_task: false``, CLP's own task package)
+   is sent CancelJob only while Ready: a started one may reach CommitReady between the state read
+   and the call, where CancelJob shuts a real Spider's storage down. It is left to finish, and
+   the cancel wins at its outcome: Spider Succeeded → Killed, whatever it published withdrawn.
 3. **Claim** up to ``max_concurrent_jobs`` minus the jobs already driven (taken-over ones included,
    hazard H6): first in-flight jobs whose coordinator died, then Pending ``s3_object_metadata``
    jobs. Jobs of other input types are never written (H1).
@@ -116,6 +120,11 @@ SPIDER_FAILED = "The Spider compression job failed: {}"
 SPIDER_CANCELLED = "The Spider compression job was cancelled."
 UNPUBLISHED = "Spider reports success but the job's archives are not published: {}."
 CANCELLED_BEFORE_SUBMISSION = "Cancelled by an operator before submission."
+CANCELLED_AT_OUTCOME = (
+    "Cancelled by an operator. Spider was left to finish the job, since its task graph has no "
+    "cleanup task (cancelling it while it commits would shut Spider's storage down), and nothing "
+    "it produced is kept."
+)
 SWEEP_INTERVAL_SECS = 60.0
 GAVE_UP = "Compression job failed after {attempts} attempt(s): {error}"
 RECORDED_SPIDER_JOB = (
@@ -439,7 +448,7 @@ class Coordinator:
                 continue
             try:
                 state = cancel_if_safe(self.spider, job.spider_id, cleanup_task=self.cleanup_task)
-                if state is JobState.READY:
+                if state is JobState.READY and self.cleanup_task:
                     start_if_ready(self.spider, job.spider_id)
                     state = cancel_if_safe(
                         self.spider, job.spider_id, cleanup_task=self.cleanup_task
@@ -452,9 +461,16 @@ class Coordinator:
             if state is not job.cancel_seen:
                 job.cancel_seen = state
                 job.next_poll = 0.0
-                if state is JobState.SUCCEEDED:
+                if state is JobState.SUCCEEDED and self.cleanup_task:
                     _log.info(
                         "cancel requested after Spider's success: the job completes",
+                        extra=job.log(),
+                    )
+                elif not self.cleanup_task and not state.is_terminal:
+                    _log.info(
+                        "cancel requested; Spider job is %s and its graph has no cleanup task, "
+                        "so it is left to finish and the job ends Killed then",
+                        state.name,
                         extra=job.log(),
                     )
                 else:
@@ -565,7 +581,7 @@ class Coordinator:
             extra=job.log(),
         )
         try:
-            cancel_if_safe(self.spider, spider_id)
+            cancel_if_safe(self.spider, spider_id, cleanup_task=self.cleanup_task)
         except SpiderError as error:
             _log.error(
                 "could not cancel orphan Spider job %d: %s", spider_id, error, extra=job.log()
@@ -591,7 +607,7 @@ class Coordinator:
         assert job.spider_id is not None
         spider_id = job.spider_id
         try:
-            state = cancel_if_safe(self.spider, spider_id)
+            state = cancel_if_safe(self.spider, spider_id, cleanup_task=self.cleanup_task)
         except JobNotFound:
             outcome = "Spider does not know it"
         except SpiderError as error:
@@ -633,7 +649,7 @@ class Coordinator:
         elif job.status is JobStatus.RUNNING:
             assert job.spider_id is not None
             try:
-                cancel_if_safe(self.spider, job.spider_id)
+                cancel_if_safe(self.spider, job.spider_id, cleanup_task=self.cleanup_task)
             except SpiderError as error:
                 _log.warning("could not cancel the Spider job: %s", error, extra=job.log())
             self._move(job, "failed", JobStatus.FAILED, message)
@@ -689,7 +705,9 @@ class Coordinator:
         assert current is not None
         job.status = current
         committed = job.status is JobStatus.COMMITTED
-        if state is JobState.SUCCEEDED:
+        if state is JobState.SUCCEEDED and self._cancel_left_to_the_outcome(job):
+            self._end_badly(job, committed, JobStatus.KILLED, CANCELLED_AT_OUTCOME)
+        elif state is JobState.SUCCEEDED:
             if committed:
                 self._finalise(job, "Spider reports success.")
             else:
@@ -710,6 +728,11 @@ class Coordinator:
             )
             self._move(job, "failed", JobStatus.FAILED, message)
         self._clean_up(job)
+
+    def _cancel_left_to_the_outcome(self, job: DrivenJob) -> bool:
+        """Whether an operator's cancel waits for Spider's outcome: the graph has no cleanup task,
+        so a started job was never sent CancelJob (``cancel_if_safe``) and ran to its end."""
+        return not self.cleanup_task and bool(leases.cancel_requests(self.engine, [job.job_id]))
 
     def _finalise(self, job: DrivenJob, reason: str) -> None:
         """Committed → Succeeded, only on evidence that the job's archives are published.

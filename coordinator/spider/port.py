@@ -134,7 +134,7 @@ def start_if_ready(spider: SpiderPort, job_id: int) -> JobState:
 
 
 def cancel_if_safe(spider: SpiderPort, job_id: int, *, cleanup_task: bool = False) -> JobState:
-    """Cancel the job when Spider can do so safely; the state it is in afterwards.
+    """Cancel the job when no race can make CancelJob fatal; the state it is in afterwards.
 
     Spider's CancelJob is not conditional: between the state read here and the call, the job may
     move on (its last task succeeds: ``RUNNING`` → ``COMMIT_READY``), so what is safe depends on
@@ -144,17 +144,22 @@ def cancel_if_safe(spider: SpiderPort, job_id: int, *, cleanup_task: bool = Fals
       ``RUNNING`` and ``COMMIT_READY`` (both → ``CLEANUP_READY``). Whatever the job does between
       the read and the call leaves CancelJob harmless: ``COMMIT_READY``, ``CLEANUP_READY``
       (a non-fatal INTERNAL) or terminal (a non-fatal INTERNAL, or its state once evicted); no
-      state leads back to ``READY``. The window is closed.
-    * ``cleanup_task=False`` (a graph that may have none, e.g. submitted by an earlier version):
-      cancels in ``RUNNING`` only. For a graph without a cleanup task the window remains: nothing
-      a client can do closes it, which is why the coordinator's graphs carry one.
+      state leads back to ``READY``, where it would be fatal. ``READY`` is never cancelled: the
+      caller starts the job first (``start_if_ready``) or leaves it, an orphan Spider tolerates.
+    * ``cleanup_task=False`` (CLP's own graphs, for workers running CLP's task package): cancels
+      in ``READY`` only (→ ``CANCELLED``), which only StartJob moves on. A started job is **not**
+      cancelled: it may reach ``COMMIT_READY`` between the read and the call, where CancelJob
+      shuts a real Spider's storage down, and nothing a client can do closes that window. The
+      caller lets such a job finish and honours the cancel at its outcome (the coordinator ends it
+      Killed and withdraws what it published).
 
-    ``READY`` is never cancelled (fatal with a cleanup task): the caller starts the job first
-    (``start_if_ready``) or leaves it, an orphan Spider tolerates. Every other state is returned as
-    it is. Raises ``JobNotFound``, transport errors, and ``ServerError`` when the job became
-    terminal (or was cancelled by someone else) meanwhile.
+    Every other state is returned as it is. Raises ``JobNotFound``, transport errors, and
+    ``ServerError`` when the job became terminal (or was cancelled by someone else) meanwhile.
     """
     state = spider.get_job_state(job_id)
-    if state is JobState.RUNNING or (cleanup_task and state is JobState.COMMIT_READY):
+    cancellable = (
+        (JobState.RUNNING, JobState.COMMIT_READY) if cleanup_task else (JobState.READY,)
+    )
+    if state in cancellable:
         return spider.cancel_job(job_id)
     return state
