@@ -150,7 +150,8 @@ class CoordinatorExtras(BaseModel):
     cleanup_task: bool | None = None
     """Whether task graphs carry the coordinator's ``compression::cleanup`` task, with which
     Spider lets a job be cancelled in CommitReady too (without it, CancelJob in CommitReady shuts
-    a real Spider's storage down, so a cancel is sent only to a Running job). Unset: yes with the
+    a real Spider's storage down, so a cancel is sent only to a Ready job and a started one ends
+    Killed when Spider finishes it). Unset: yes with the
     embedded engine; no with a Spider cluster, whose workers may run CLP's own task package, which
     has no such task (set it for workers running this coordinator's package:
     ``coordinator spider serve``)."""
