@@ -649,7 +649,7 @@ class ChaosLoop:
             if exited is not None and exited.how == CRASHED_AT_REGISTRATION:
                 self.result.registration_crashes += 1
                 if not replica.retired:
-                    replica.restart_at = now + self.rng.uniform(*self.options.restart_delay)
+                    replica.restart_at = now  # as a supervisor would; the kills have delays
             elif exited is not None:
                 self.ended(exited)
                 self.result.unexpected_exits.append(exited)
