@@ -22,6 +22,7 @@ from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
+from tests.spider_storage import SpiderStorage, running_spider_storage
 
 MARIADB_URL_ENV = "COORDINATOR_TEST_MARIADB_URL"
 REQUIRE_MARIADB_ENV = "COORDINATOR_TEST_REQUIRE_MARIADB"
@@ -94,3 +95,21 @@ def config(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv(DATABASE_URL_ENV, database_url)
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     return dataclasses.replace(load_config(None, data_dir=tmp_path / "var"), embedded_workers=2)
+
+
+@pytest.fixture(scope="module")
+def spider_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpiderStorage]:
+    """Spider's real storage service (``tests/spider_storage.py``), one per module, on a fresh
+    database of the private MariaDB. Skipped where the binary cannot run or there is no MariaDB,
+    unless CI requires both; a binary that does not start fails."""
+    with running_spider_storage(
+        mariadb_server_url(), tmp_path_factory.mktemp("spider-storage")
+    ) as storage:
+        yield storage
+
+
+@pytest.fixture
+def throwaway_spider_storage(tmp_path: Path) -> Iterator[SpiderStorage]:
+    """A storage service of the test's own (fresh database), which the test may shut down."""
+    with running_spider_storage(mariadb_server_url(), tmp_path / "spider-storage") as storage:
+        yield storage
