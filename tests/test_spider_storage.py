@@ -15,8 +15,10 @@ reports task outcomes over Spider's internal services, as a real one would; it r
   calls that shut Spider's storage down, each on a throwaway instance of its own.
 * A restart (a crash) of the service mid-run: jobs and states as Spider recovers them.
 * The whole coordinator, configured as an operator would (``spider`` and ``database`` sections):
-  a job registered, started, polled, surviving a restart of Spider, cancelled → Killed, its
-  resource group in CLP's ``spider_resource_groups``.
+  a job registered, started, polled, surviving a restart of Spider, cancelled by an operator →
+  Killed (with CLP's graphs Spider finishes the job first: no CancelJob reaches a started job;
+  with ``cleanup_task: true`` through CancelJob and the cleanup), its resource group in CLP's
+  ``spider_resource_groups``.
 * The same scenarios against the embedded engine (served over gRPC, as ``coordinator spider
   serve`` does): the answers are compared, and the differences are listed in ``DIFFERENCES``.
 """
@@ -41,6 +43,7 @@ from coordinator.config.clp import CompressionCoordinator
 from coordinator.config.loader import load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.lifecycle import JobStatus
+from coordinator.service.coordinator import CANCELLED_AT_OUTCOME, SPIDER_CANCELLED
 from coordinator.service.prepare import prepare
 from coordinator.service.resource_group import ResourceGroup
 from coordinator.service.runtime import open_runtime
@@ -804,11 +807,13 @@ def test_a_crashed_storage_recovers_every_job_in_its_state(
 # --- the whole coordinator against it -----------------------------------------------------------
 
 
+@pytest.mark.parametrize("cleanup_task", [False, True], ids=["CLP's graphs", "cleanup_task: true"])
 def test_a_coordinator_configured_for_spider_registers_starts_polls_and_cancels_a_job(
     throwaway_spider_storage: SpiderStorage,
     mariadb_url: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    cleanup_task: bool,
 ) -> None:
     storage = throwaway_spider_storage
     database = make_url(mariadb_url)
@@ -831,7 +836,8 @@ def test_a_coordinator_configured_for_spider_registers_starts_polls_and_cancels_
         "    type: s3\n"
         "    s3_config: {bucket: archives, region_code: us-east-2, key_prefix: clp/, "
         "aws_authentication: {type: default}}\n"
-        f"coordinator: {{instance_id: e2e, data_dir: {tmp_path / 'var'}, cleanup_task: true}}\n"
+        f"coordinator: {{instance_id: e2e, data_dir: {tmp_path / 'var'}"
+        + (", cleanup_task: true}\n" if cleanup_task else "}\n")
     )
     assert main(["db", "upgrade", "--config", str(config_path)]) == 0
     config = load_config(config_path)
@@ -855,14 +861,15 @@ def test_a_coordinator_configured_for_spider_registers_starts_polls_and_cancels_
         spider_id = row.spider_id
         assert spider_id is not None and row.num_tasks == 2
         assert spider.get_job_state(spider_id) is JobState.RUNNING  # started, state first
-        # The graph carries the cleanup task (``cleanup_task: true``), so a Running job can be
-        # cancelled whatever it reaches meanwhile.
+        # CLP's graph exactly on a Spider cluster, unless ``cleanup_task: true``.
         ((graph_blob, group_id),) = storage.query(
             "SELECT compressed_serialized_task_graph, resource_group_id FROM jobs WHERE id = :id",
             id=spider_id,
         )
         cleanup = decode_task_graph(bytes(graph_blob)).cleanup_task
-        assert cleanup is not None and cleanup.tdl_context.task_func == CLEANUP_TASK
+        assert (cleanup is not None) is cleanup_task
+        if cleanup is not None:
+            assert cleanup.tdl_context.task_func == CLEANUP_TASK
         # The resource group is CLP's row, verified by Spider with CLP's password.
         with runtime.engine.connect() as connection:
             groups = connection.execute(
@@ -883,16 +890,38 @@ def test_a_coordinator_configured_for_spider_registers_starts_polls_and_cancels_
         assert status() is JobStatus.RUNNING
         assert spider.get_job_state(spider_id) is JobState.RUNNING
 
-        # An operator cancels it: Spider cancels the Running job (→ CleanupReady); once a worker
-        # (the stand-in) ran the cleanup, Spider reports Cancelled and the job ends Killed.
         assert main(["cancel", str(job_id), "--config", str(config_path)]) == 0
-        tick_until(coordinator, lambda: spider.get_job_state(spider_id) is JobState.CLEANUP_READY)
-        assert status() is JobStatus.RUNNING
         with StandInExecutionManager(storage.port) as worker:
-            assert ready_tasks(worker, spider_id, "cleanup") == ["cleanup"]
-            worker.run(spider_id, "cleanup")
+            if cleanup_task:
+                # CancelJob goes to the Running job (→ CleanupReady); once a worker (the
+                # stand-in) ran the cleanup, Spider reports Cancelled and the job ends Killed.
+                tick_until(
+                    coordinator,
+                    lambda: spider.get_job_state(spider_id) is JobState.CLEANUP_READY,
+                )
+                assert status() is JobStatus.RUNNING
+                assert ready_tasks(worker, spider_id, "cleanup") == ["cleanup"]
+                worker.run(spider_id, "cleanup")
+                expected_state, message = JobState.CANCELLED, SPIDER_CANCELLED
+            else:
+                # No CancelJob for a started job without a cleanup task: it could reach
+                # CommitReady meanwhile, where CancelJob shuts Spider down. Spider finishes it
+                # (the stand-in reports its tasks and commit), then the cancel wins: Killed.
+                for expected in (JobState.RUNNING, JobState.COMMIT_READY):
+                    for _ in range(5):
+                        coordinator.tick()
+                        time.sleep(0.03)
+                    assert spider.get_job_state(spider_id) is expected
+                    assert status() is JobStatus.RUNNING
+                    if expected is JobState.RUNNING:
+                        for index in ready_tasks(worker, spider_id):
+                            worker.run(spider_id, index, outputs=[compression_output("e2e")])
+                assert ready_tasks(worker, spider_id, "commit") == ["commit"]
+                worker.run(spider_id, "commit")
+                expected_state, message = JobState.SUCCEEDED, CANCELLED_AT_OUTCOME
         tick_until(coordinator, lambda: status() is JobStatus.KILLED)
-        assert spider.get_job_state(spider_id) is JobState.CANCELLED
+        assert spider.get_job_state(spider_id) is expected_state
+        assert job_row(runtime, job_id).status_msg == message
         assert triggers(runtime, job_id) == ["submitted", "killed"]
         assert storage.running
 
