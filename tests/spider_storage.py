@@ -61,7 +61,7 @@ class SpiderStorageError(RuntimeError):
 
 
 def binary_problem(binary: Path | None = None) -> str | None:
-    """Why ``binary`` (default ``BINARY``) cannot run on this machine, or ``None`` when it should."""
+    """Why ``binary`` (default ``BINARY``) cannot run here, or ``None`` when it should."""
     binary = BINARY if binary is None else binary
     if not binary.is_file():
         return f"Spider's storage service {binary} is missing"
