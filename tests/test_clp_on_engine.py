@@ -16,6 +16,7 @@ from coordinator.config.locations import local_store_endpoint
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.embedded.faults import Fault
+from coordinator.spider.embedded.protocol import in_task_failure
 from coordinator.spider.policy import commit_task_policy
 from coordinator.spider.port import JobState, start_if_ready
 from coordinator.spider.task_graph import build_compression_job
@@ -134,7 +135,7 @@ def test_a_failing_compress_task_fails_the_job_and_publishes_nothing(
         spider.inject(Fault("fail", task=1, times=2, message="object store unreachable"))
         job_id, spider_job = _submit_clp_job(store, spider, tmp_path, "web")
         assert wait_for(spider, spider_job, JobState.SUCCEEDED, JobState.FAILED) is JobState.FAILED
-        assert spider.get_job_error(spider_job) == "in-task failure: object store unreachable"
+        assert spider.get_job_error(spider_job) == in_task_failure("object store unreachable")
         time.sleep(0.5)  # task 0 may still be storing; its archives stay recorded
     job = store.get(job_id)
     assert job is not None and job.status == JobStatus.RUNNING  # the coordinator decides next

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, delete, select, text
 
 from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.embedded.faults import Fault
+from coordinator.spider.embedded.protocol import in_task_failure
 from coordinator.spider.port import (
     InvalidArgument,
     InvalidJobState,
@@ -87,8 +88,8 @@ def test_a_failing_task_without_retries_fails_the_job(
     with running_engine(migrated_engine, spider_dir) as spider:
         job_id = _run(spider, graph(task("echo"), task("fail")), [b"a", b"b"])
         assert wait_for(spider, job_id, *DONE) is JobState.FAILED
-        assert spider.get_job_error(job_id) == "in-task failure: boom: the input is unusable"
-        with pytest.raises(InvalidJobState):
+        assert spider.get_job_error(job_id) == in_task_failure("boom: the input is unusable")
+        with pytest.raises(ServerError):  # still retained: INTERNAL, as Spider's cache answers
             spider.get_job_outputs(job_id)
     assert not [e for e in journal(spider_dir, job_id) if e["event"] == "commit"]
 
@@ -102,7 +103,7 @@ def test_retries_absorb_failures_up_to_max_num_retry(
         job_id = _run(spider, graph(task("echo", execution=policy(retries=2))), [b"a"])
         assert wait_for(spider, job_id, *DONE) is outcome
         if outcome is JobState.FAILED:
-            assert spider.get_job_error(job_id) == "in-task failure: flaky disk"
+            assert spider.get_job_error(job_id) == in_task_failure("flaky disk")
 
 
 def test_a_hard_timeout_kills_the_task_and_the_engine_carries_on(
@@ -139,7 +140,7 @@ def test_the_commit_is_retried_then_fails_the_job(
         job_id = _run(spider, graph(task("echo"), commit=policy(retries=1)), [b"a"])
         assert wait_for(spider, job_id, *DONE) is outcome
         if outcome is JobState.FAILED:
-            assert spider.get_job_error(job_id) == "in-task failure: database gone"
+            assert spider.get_job_error(job_id) == in_task_failure("database gone")
 
 
 def test_cancel_in_ready_and_running(migrated_engine: Engine, spider_dir: Path) -> None:
@@ -152,7 +153,7 @@ def test_cancel_in_ready_and_running(migrated_engine: Engine, spider_dir: Path) 
 
         running = _run(spider, graph(task("sleep")), [b"1.5"])
         wait_for_journal(spider_dir, running, "start")
-        assert cancel_if_safe(spider, running) is JobState.CANCELLED
+        assert spider.cancel_job(running) is JobState.CANCELLED
         wait_for_journal(spider_dir, running, "done")  # in-flight instances are not stopped
         time.sleep(0.2)
         assert spider.get_job_state(running) is JobState.CANCELLED  # their report is ignored
@@ -330,7 +331,7 @@ def test_a_lost_report_then_a_failing_rerun_fails_the_job_after_the_commit(
         spider.inject(Fault("fail", task="commit", message="job is no longer running"))
         job_id = _run(spider, graph(task("echo"), commit=policy(retries=0)), [b"a"])
         assert wait_for(spider, job_id, *DONE) is JobState.FAILED
-        assert spider.get_job_error(job_id) == "in-task failure: job is no longer running"
+        assert spider.get_job_error(job_id) == in_task_failure("job is no longer running")
     assert len(wait_for_journal(spider_dir, job_id, "commit")) == 1  # the effects happened once
 
 

@@ -113,7 +113,9 @@ class SpiderPort(Protocol):
         ...
 
     def get_job_outputs(self, job_id: int) -> list[bytes]:
-        """The graph outputs (one payload each) of a ``SUCCEEDED`` job; else ``InvalidJobState``."""
+        """The graph outputs (one payload each) of a ``SUCCEEDED`` job. Otherwise
+        ``ServerError`` while Spider still caches the job (on a real Spider a fatal error that
+        shuts its storage server down), ``InvalidJobState`` once it no longer does."""
         ...
 
     def get_job_error(self, job_id: int) -> str:

@@ -59,8 +59,24 @@ What it reproduces:
   lacks, a get-or-create by name (``resource_group_by_name``), which the coordinator uses instead
   of keeping the id in CLP's table (``coordinator.service.resource_group``).
 
-Deliberate differences: in-task failure messages are plain text, not Spider's lossy msgpack; the
-fatal storage shutdowns of §7.3/§8 are refusals instead.
+**Answers per call and state**, as Spider's storage service gives them (``spider-storage/src/
+grpc.rs`` maps the errors of ``cache/job.rs``; "retained" is Spider's job cache: unfinished jobs,
+and terminal ones for ``terminated_job_retention_secs``): an unknown id is ``JobNotFound`` for every
+call. StartJob of a retained job that is not ``Ready`` is ``ServerError`` (``ensure_ready``,
+cache/job.rs:1227, a stale state: INTERNAL, grpc.rs:420), of a terminal job no longer retained
+``JobNotFound``. GetJobOutputs of a job that has not succeeded is ``ServerError`` while it is
+retained (``ensure_succeeded``, cache/job.rs:1172, an internal error: INTERNAL) and
+``InvalidJobState`` once it is not (read from the database: FAILED_PRECONDITION, grpc.rs:124).
+GetJobError of a job that has not failed is ``InvalidJobState`` either way (always read from the
+database). CancelJob: see above. A failed instance's message is rendered as Spider's execution
+manager renders it (``protocol.in_task_failure``: ``in-task failure: `` and the lossy UTF-8 of the
+msgpack error, runtime.rs:554).
+
+One deliberate difference: where Spider's storage service meets an internal error and shuts itself
+down (grpc.rs:380-398: CancelJob of a ``CommitReady`` job without a cleanup task or of a ``Ready``
+job with one, §8; GetJobOutputs of a retained job that has not succeeded), the engine answers the
+same ``ServerError`` (INTERNAL) and carries on, the state unchanged. The port's helpers
+(``start_if_ready``, ``cancel_if_safe``, outputs only after ``Succeeded``) never provoke them.
 """
 
 from __future__ import annotations
@@ -595,7 +611,18 @@ class EmbeddedSpider:
         return self._stored_state(job_id)
 
     def get_job_outputs(self, job_id: int) -> list[bytes]:
-        """Graph outputs of a ``Succeeded`` job; ``InvalidJobState`` otherwise."""
+        """Graph outputs of a ``Succeeded`` job; otherwise ``ServerError`` while the job is
+        retained, ``InvalidJobState`` once it is not (module docstring)."""
+        with self._condition:
+            job = self._local(job_id)
+            if job is not None and job.state is not JobState.SUCCEEDED:
+                # cache/job.rs:226-229: a retained job's outputs come from the cache, whose
+                # ensure_succeeded (:1172) raises an internal error: INTERNAL, and Spider's storage
+                # service shuts down (grpc.rs:380-387). Only the answer is copied.
+                raise ServerError(
+                    f"{INTERNAL_ERROR}: job {job_id} is {STATE_NAMES[job.state]}, not Succeeded "
+                    "(Spider's storage server would shut down)"
+                )
         outputs = self._stored_result(job_id, JobState.SUCCEEDED, _jobs_table.c.outputs)
         return decode_job_outputs(bytes(outputs)) if outputs is not None else []
 
@@ -606,8 +633,9 @@ class EmbeddedSpider:
     def _stored_result(self, job_id: int, required: JobState, column: Any) -> Any:
         state = self.get_job_state(job_id)
         if state is not required:
+            # Spider's text: its database error's, which grpc.rs:124 sends as the details.
             raise InvalidJobState(
-                f"job {job_id} is {STATE_NAMES[state]}, not {STATE_NAMES[required]}"
+                f"job in state {STATE_NAMES[state]}, expect state {STATE_NAMES[required]}"
             )
         with self._db.connect() as connection:
             return connection.execute(select(column).where(_jobs_table.c.id == job_id)).scalar_one()

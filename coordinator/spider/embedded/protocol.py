@@ -96,12 +96,25 @@ def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
 
 
 # The three shapes of a failed instance's message, as Spider's execution manager reports them
-# (spider-contract.md §6), except that an in-task error is plain text here, not lossy msgpack.
+# (spider-execution-manager/src/runtime.rs:532-578, `Report::from_outcome`; spider-contract.md §6).
 
 
 def in_task_failure(message: str) -> str:
-    """The task raised (or its package/function could not be loaded)."""
-    return f"in-task failure: {message}"
+    """The task raised (or its package/function could not be loaded), as Spider renders it.
+
+    runtime.rs:554-555: ``format!("in-task failure: {}", String::from_utf8_lossy(&error))``, where
+    ``error`` is the executor's rmp_serde encoding of its externally tagged error enum; a task's
+    error is ``TaskError(ExecutionError(message))`` (spider-contract.md §6; CLP's tasks report
+    every failure so, clp-contract.md §9), i.e. ``{"TaskError": {"ExecutionError": message}}``
+    with the smallest string headers (msgpack's, as rmp's). Decoding with ``errors="replace"``
+    substitutes U+FFFD for each maximal invalid subsequence, as ``from_utf8_lossy`` does: the map
+    and fixstr headers (bytes ≥ 0x80) become U+FFFD, and a str8 header (messages of 32 bytes or
+    more) leaks its length byte (``�-clp-s exited with …`` for 45 bytes). A package or
+    function that cannot be loaded is rendered the same way (Spider's own variants for those are
+    not in the reference).
+    """
+    payload: bytes = msgpack.packb({"TaskError": {"ExecutionError": message}}, use_bin_type=True)
+    return "in-task failure: " + payload.decode("utf-8", errors="replace")
 
 
 def hard_timeout_exceeded(hard_timeout_ms: int) -> str:

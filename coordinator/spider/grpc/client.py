@@ -254,9 +254,10 @@ class GrpcSpider:
         ``serialized_outputs`` (option byte + wire frame, §11.3). Call it only after
         ``SUCCEEDED`` (§13).
 
-        Raises ``InvalidJobState`` (FAILED_PRECONDITION), ``JobNotFound``, ``Unavailable`` (after
-        the retries, or on a deadline), ``ServerError`` (other statuses, a response over 4 MiB,
-        or outputs that do not decode).
+        Raises ``InvalidJobState`` (FAILED_PRECONDITION: not ``SUCCEEDED``, no longer cached),
+        ``JobNotFound``, ``Unavailable`` (after the retries, or on a deadline), ``ServerError``
+        (INTERNAL: not ``SUCCEEDED`` and still cached, on which a real Spider's storage server
+        shuts down; other statuses, a response over 4 MiB, or outputs that do not decode).
         """
         response: storage_pb2.JobOutputsResponse = self._call(
             "GetJobOutputs", self._jobs.GetJobOutputs, _job_id(job_id), _JOB_ERRORS

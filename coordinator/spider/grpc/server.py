@@ -12,9 +12,17 @@ plaintext, so that ``GrpcSpider`` (or Spider's own Rust client) can drive it ove
   (§7.3, §8): ``JobNotFound`` → NOT_FOUND, ``InvalidJobState`` → FAILED_PRECONDITION,
   ``InvalidArgument`` → INVALID_ARGUMENT, ``Unauthenticated`` → UNAUTHENTICATED,
   ``ResourceGroupExists`` → ALREADY_EXISTS, ``Unavailable`` → UNAVAILABLE, any other
-  ``ServerError`` (a refused cancel, a start of a started job) → INTERNAL; the error's message is
-  the status details. An unexpected exception is logged and answered INTERNAL, as Spider answers
-  "other" failures.
+  ``ServerError`` (a refused cancel, a start of a started job, the outputs of a retained job that
+  has not succeeded) → INTERNAL. An unexpected exception is logged and answered INTERNAL, as Spider
+  answers "other" failures.
+* The status details are Spider's (``spider-storage/src/grpc.rs``): NOT_FOUND is always
+  "job not found" (grpc.rs:112, :134), UNAUTHENTICATED "invalid resource group" (:102, :272),
+  INTERNAL "storage service internal error" (:420, whatever the cause: the port's explanation is
+  logged here, as Spider logs its own); FAILED_PRECONDITION, INVALID_ARGUMENT and ALREADY_EXISTS
+  carry the error's text, as Spider's carry ``error.to_string()`` (:124, :144, :282).
+* Unlike Spider's, this server never shuts itself down: where Spider's storage service meets a
+  fatal internal error (grpc.rs:380-398), the embedded engine refuses with INTERNAL and carries on
+  (``coordinator.spider.embedded.engine``, the one deliberate difference).
 * Like Spider's (tonic's defaults, §7.5), the server refuses requests over 4 MiB
   (RESOURCE_EXHAUSTED) and does not limit what it sends.
 
@@ -68,6 +76,13 @@ STATUS_OF_ERROR: tuple[tuple[type[SpiderError], grpc.StatusCode], ...] = (
 
 INTERNAL_ERROR = "storage service internal error"
 
+SPIDER_DETAILS: dict[grpc.StatusCode, str] = {
+    grpc.StatusCode.NOT_FOUND: "job not found",  # grpc.rs:112, :134
+    grpc.StatusCode.UNAUTHENTICATED: "invalid resource group",  # grpc.rs:102, :272
+    grpc.StatusCode.INTERNAL: INTERNAL_ERROR,  # grpc.rs:420, default_error_handler
+}
+"""The codes Spider's server answers with a fixed text whatever the error (module docstring)."""
+
 
 def status_of(error: SpiderError) -> grpc.StatusCode:
     """The status Spider's server answers for the situation ``error`` describes."""
@@ -77,18 +92,24 @@ def status_of(error: SpiderError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def details_of(error: SpiderError, code: grpc.StatusCode) -> str:
+    """The status details Spider's server sends with ``code`` for ``error``."""
+    return SPIDER_DETAILS.get(code) or str(error) or INTERNAL_ERROR
+
+
 def _answer(rpc: str, context: Any, call: Callable[[], T]) -> T:
     """``call()``, or the call aborted with the status of the error it raised."""
     try:
         return call()
     except SpiderError as error:
         code = status_of(error)
-        _log.debug("%s: %s: %s", rpc, code.name, error)
-        context.abort(code, str(error) or INTERNAL_ERROR)
+        log = _log.warning if code is grpc.StatusCode.INTERNAL else _log.debug
+        log("%s: %s: %s", rpc, code.name, error)
+        context.abort(code, details_of(error, code))
         raise  # not reached: abort raises
-    except Exception as error:
+    except Exception:
         _log.exception("%s failed unexpectedly", rpc)
-        context.abort(grpc.StatusCode.INTERNAL, f"{INTERNAL_ERROR}: {error}")
+        context.abort(grpc.StatusCode.INTERNAL, INTERNAL_ERROR)
         raise  # not reached: abort raises
 
 
