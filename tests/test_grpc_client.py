@@ -458,6 +458,20 @@ def test_a_taken_port_is_an_error() -> None:
         serve(_FailingPort(RuntimeError()), LOCALHOST, taken)
 
 
+def test_spiders_internal_services_are_declared_but_not_served() -> None:
+    # The stubs are Spider's whole storage.proto (test_grpc_upstream.py); the server serves only
+    # the two services the coordinator calls.
+    server = serve(_FailingPort(RuntimeError()), LOCALHOST, 0)
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            queue = storage_pb2_grpc.InboundQueueServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as raised:
+                queue.PollReadyTasks(storage_pb2.PollReadyTasksRequest(max_items=1), timeout=5)
+            assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        server.stop(None)
+
+
 # --- (e) the embedded engine behind the server --------------------------------------------------
 
 
