@@ -1,18 +1,25 @@
 """Spider's task graph: its JSON schema, CLP's compression graph, and the RegisterJob payloads.
 
 ``RegisterJobRequest.compressed_serialized_task_graph`` is zstd of the graph's compact JSON
-(``spider-contract.md`` §11.1; vector ``vectors/task_graph.json``). Spider's parser is strict:
+(``spider-contract.md`` §11.1; vector ``vectors/task_graph.json``). ``decode_task_graph`` parses it
+as Spider's server does (``TaskGraph::from_zstd_compressed_json``, spider-core task_graph.rs): the
+same graphs accepted, the same refused, with Spider's kind of message ("bad request: …"). The rules
+(each with its upstream line at "How Spider parses a graph" below):
 
-* top level: exactly ``schema_version``, ``tasks``, ``commit_task``, ``cleanup_task`` (the last two
-  may be ``null``); any other top-level key is rejected; ``schema_version`` must satisfy
-  ``>=0.1.0,<0.2.0``;
-* a task: ``tdl_context {package, task_func}``, optional ``execution_policy`` (validated),
-  ``inputs`` and ``outputs`` (data type descriptors), ``input_sources``: ``null``/absent for an
-  input task, else one ``{task_idx, position}`` per input naming an **earlier** task's output with
-  an **equal** descriptor; unknown keys inside a task are ignored;
-* at least one task; the job's inputs are the inputs of every input task (task order, then
-  position) and must match the number of payloads; the graph outputs are the outputs of every task
-  without children.
+* top level: a JSON object with exactly ``schema_version``, ``tasks``, ``commit_task``,
+  ``cleanup_task`` (the last two may be ``null``); no other key, none repeated; ``schema_version``
+  a semver version matching ``>=0.1.0,<0.2.0`` as the ``semver`` crate matches (build metadata
+  ignored, every pre-release refused);
+* a task: ``tdl_context {package, task_func}`` (any strings, empty ones too), optional
+  ``execution_policy`` (absent or ``null``: the default; validated), ``inputs`` and ``outputs``
+  (data type descriptors, in any form serde accepts, compared as values), ``input_sources``:
+  ``null``/absent for an input task, else one ``{task_idx, position}`` per input (at least one)
+  naming an **earlier** task's output with an **equal** descriptor;
+* every struct also in array form, unknown keys ignored, repeated keys refused, integers as JSON
+  integers within their Rust type (no ``1.0``, ``-0``, ``"1"``), containers nested at most 127 deep;
+* at least one task (RegisterJob's check); the job's inputs are the inputs of every input task
+  (task order, then position) and must match the number of payloads; the graph outputs are the
+  outputs of every task without children.
 
 CLP's graph (``build_compression_job``): one ``clp``/``compression::clp_s_s3_compress`` input task
 per partition with inputs ``ClpSCompressionOption``, ``Option<String>``, ``S3InputSource`` and
@@ -39,7 +46,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,8 +54,8 @@ from coordinator.spider.policy import (
     DEFAULT_POLICY,
     ExecutionPolicy,
     InvalidExecutionPolicy,
+    TimeoutPolicy,
     compression_task_policy,
-    parse_execution_policy,
 )
 from coordinator.spider.wire import InvalidFrame, compress, decode_job_inputs, decompress
 from coordinator.spider.wire import encode_job_inputs as _encode_job_inputs
@@ -62,8 +69,6 @@ CLEANUP_TASK = "compression::cleanup"
 COMPRESS_INPUT_TYPES = ("ClpSCompressionOption", "Option<String>", "S3InputSource")
 COMPRESS_OUTPUT_TYPE = "CompressionTaskOutput"
 
-_TOP_LEVEL_KEYS = frozenset({"schema_version", "tasks", "commit_task", "cleanup_task"})
-_SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:[-+][0-9A-Za-z.+-]*)?")
 _INT_TYPES = frozenset({"Int8", "Int16", "Int32", "Int64"})
 _FLOAT_TYPES = frozenset({"Float32", "Float64"})
 
@@ -242,19 +247,20 @@ def build_compression_job(
 
 
 def decode_task_graph(compressed: bytes) -> TaskGraph:
-    """Parse ``compressed_serialized_task_graph`` as Spider's server does.
+    """Parse ``compressed_serialized_task_graph`` as Spider's server does (see "How Spider parses
+    a graph" below).
 
     Raises ``InvalidTaskGraph`` with Spider's kind of message for anything it would refuse
     (including an empty task list, which RegisterJob refuses).
     """
     try:
-        value = json.loads(decompress(compressed, "the task graph"))
-    except (InvalidFrame, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InvalidTaskGraph(f"bad request: task graph is not zstd JSON: {error}") from error
-    try:
-        return _parse_graph(value)
-    except InvalidExecutionPolicy as error:
+        text = decompress(compressed, "the task graph")
+    except InvalidFrame as error:
         raise InvalidTaskGraph(f"bad request: {error}") from error
+    graph = _parse_graph(text)
+    if not graph.tasks:
+        raise InvalidTaskGraph("bad request: task graph must contain at least one task")
+    return graph
 
 
 def decode_job_submission(compressed_graph: bytes, compressed_inputs: bytes) -> JobSubmission:
@@ -270,160 +276,764 @@ def decode_job_submission(compressed_graph: bytes, compressed_inputs: bytes) -> 
         raise InvalidTaskGraph(f"bad request: {error}") from error
     if len(inputs) != graph.num_job_inputs:
         raise InvalidTaskGraph(
-            f"bad request: task graph input size mismatch: the graph takes {graph.num_job_inputs} "
-            f"job inputs, {len(inputs)} were given"
+            f"bad request: task graph input size mismatch: expected {graph.num_job_inputs}, "
+            f"got {len(inputs)}"
         )
     return JobSubmission(graph, tuple(inputs))
 
 
-def _parse_graph(value: Any) -> TaskGraph:
-    if not isinstance(value, dict):
-        raise InvalidTaskGraph("bad request: the task graph must be a JSON object")
-    unknown, missing = value.keys() - _TOP_LEVEL_KEYS, _TOP_LEVEL_KEYS - value.keys()
-    if unknown:
-        raise InvalidTaskGraph(f"bad request: unknown field(s) {', '.join(sorted(unknown))}")
-    if missing:
-        raise InvalidTaskGraph(f"bad request: missing field(s) {', '.join(sorted(missing))}")
-    version = value["schema_version"]
-    if not isinstance(version, str) or not _supported_version(version):
-        raise InvalidTaskGraph(
-            f"bad request: schema_version {version!r} does not satisfy >=0.1.0,<0.2.0"
+# --- How Spider parses a graph ------------------------------------------------------------------
+#
+# Spider's server runs ``TaskGraph::from_zstd_compressed_json`` (task_graph.rs:439): serde_json's
+# ``from_slice`` straight into serde-derived types, then the graph's own checks. What that
+# accepts, rule by rule (task_graph.rs lines; serde_json's de.rs/read.rs for the JSON level):
+#
+# * JSON as serde_json reads it: whitespace is space, tab, CR, LF only; no BOM, NaN or Infinity;
+#   nothing but whitespace after the graph. Strings that are deserialized (every key and every
+#   string value of a known field) must be valid UTF-8 with paired surrogate escapes; values of
+#   unknown fields are skipped without that check, and without a depth limit, but must still be
+#   well-formed JSON. Known containers nest at most 127 deep (serde_json's recursion limit: each
+#   map, list, struct and ``{…}`` enum counts).
+# * Structs (TdlContext, ExecutionPolicy, TimeoutPolicy, TaskInputOutputIndex, TaskDescriptor,
+#   TerminationTaskDescriptor, BytesTypeDescriptor, the Map variant) are serde-derived without
+#   ``deny_unknown_fields``: unknown keys are ignored, a repeated known key is an error
+#   ("duplicate field"), and a JSON array of the fields in declaration order is accepted too
+#   (fields with ``#[serde(default)]`` may be left off the end; an ``Option`` without it may not).
+#   In map form a missing ``Option`` field is ``None``, a missing ``#[serde(default)]`` field its
+#   default, and any other missing field an error.
+# * The top level is a hand-written visitor (task_graph.rs:969): a JSON object only, its four keys
+#   all required (``commit_task``/``cleanup_task`` may be null), unknown or repeated keys refused.
+# * Enums are externally tagged: a unit variant is ``"Name"`` or ``{"Name": null}``, a newtype or
+#   struct variant ``{"Name": …}`` (exactly one key).
+# * Integers: ``u32`` (retries, instances), ``u64`` (timeouts), ``usize`` (source indices): a JSON
+#   integer without sign, fraction or exponent, within range (``-0``, ``1.0``, ``1e3``, ``"1"``
+#   are refused). Strings (package, task_func) may be empty; a Struct name may not (NonEmptyString).
+
+
+class _ParseError(Exception):
+    """What serde_json (or the graph's own checks) would report; made into ``InvalidTaskGraph``."""
+
+
+_RECURSION_LIMIT = 128
+"""serde_json's ``remaining_depth``: the 128th nested container is refused (check_recursion)."""
+_U32_MAX = 2**32 - 1
+_U64_MAX = 2**64 - 1
+_WHITESPACE = re.compile(rb"[ \t\n\r]*")
+_STRING = re.compile(rb'"((?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9A-Fa-f]{4}))*+)"')
+_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_DIGITS = frozenset(b"-0123456789")
+_LITERALS = {ord("n"): b"null", ord("t"): b"true", ord("f"): b"false"}
+_QUOTE, _COMMA, _COLON, _SPACE = ord('"'), ord(","), ord(":"), ord(" ")
+_OPEN_LIST, _CLOSE_LIST, _OPEN_MAP, _CLOSE_MAP = ord("["), ord("]"), ord("{"), ord("}")
+_KINDS = {_QUOTE: "string", _OPEN_LIST: "sequence", _OPEN_MAP: "map", ord("n"): "null"}
+
+
+class _Reader:
+    """serde_json's deserializer over one JSON text, for the types the graph is made of."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+        self.remaining_depth = _RECURSION_LIMIT
+
+    def error(self, message: str) -> _ParseError:
+        line = self.data.count(b"\n", 0, self.pos) + 1
+        column = self.pos - (self.data.rfind(b"\n", 0, self.pos) + 1)
+        return _ParseError(f"{message} at line {line} column {column}")
+
+    def peek(self) -> int | None:
+        """The next byte after whitespace (consumed), ``None`` at the end."""
+        data, pos = self.data, self.pos
+        if pos < len(data) and data[pos] > _SPACE:  # every JSON whitespace byte is <= space
+            return data[pos]
+        match = _WHITESPACE.match(data, pos)
+        assert match is not None  # the pattern matches the empty string
+        self.pos = pos = match.end()
+        return data[pos] if pos < len(data) else None
+
+    def invalid_type(self, expected: str) -> _ParseError:
+        byte = self.peek()
+        if byte is None:
+            return self.error("EOF while parsing a value")
+        if byte in _DIGITS:
+            kind = "number"
+        elif byte in (ord("t"), ord("f")):
+            kind = "boolean"
+        else:
+            kind = _KINDS.get(byte, "")
+        if not kind:
+            return self.error("expected value")
+        return self.error(f"invalid type: {kind}, expected {expected}")
+
+    def enter(self) -> None:
+        """A container of a known type opens (``[`` or ``{`` at ``pos``)."""
+        self.remaining_depth -= 1
+        if self.remaining_depth == 0:
+            raise self.error("recursion limit exceeded")
+        self.pos += 1
+
+    def leave(self) -> None:
+        self.remaining_depth += 1
+
+    def end(self) -> None:
+        if self.peek() is not None:
+            raise self.error("trailing characters")
+
+    # --- sequences and maps ----------------------------------------------------------------------
+
+    def has_next_element(self, first: bool) -> bool:
+        """serde_json's ``SeqAccess``: is there another element (``pos`` at it when there is)?"""
+        byte = self.peek()
+        if byte is None:
+            raise self.error("EOF while parsing a list")
+        if byte == _CLOSE_LIST:
+            return False
+        if first:
+            return True
+        if byte != _COMMA:
+            raise self.error("expected `,` or `]`")
+        self.pos += 1
+        following = self.peek()
+        if following == _CLOSE_LIST:
+            raise self.error("trailing comma")
+        if following is None:
+            raise self.error("EOF while parsing a value")
+        return True
+
+    def end_seq(self) -> None:
+        byte = self.peek()
+        if byte == _CLOSE_LIST:
+            self.pos += 1
+            return
+        if byte is None:
+            raise self.error("EOF while parsing a list")
+        raise self.error("trailing characters" if byte != _COMMA else "trailing comma")
+
+    def map_keys(self) -> Iterator[str]:
+        """serde_json's ``MapAccess`` after ``{``: each key (``pos`` then at its value); consumes
+        the closing ``}``."""
+        first = True
+        while True:
+            byte = self.peek()
+            if byte == _CLOSE_MAP:
+                self.pos += 1
+                return
+            if byte is None:
+                raise self.error("EOF while parsing an object")
+            if not first:
+                if byte != _COMMA:
+                    raise self.error("expected `,` or `}`")
+                self.pos += 1
+                byte = self.peek()
+                if byte == _CLOSE_MAP:
+                    raise self.error("trailing comma")
+            first = False
+            if byte != _QUOTE:
+                raise self.error("key must be a string")
+            key = self.string_here()
+            self.colon()
+            yield key
+
+    def colon(self) -> None:
+        if self.peek() != _COLON:
+            raise self.error("expected `:`")
+        self.pos += 1
+
+    # --- scalars -------------------------------------------------------------------------------
+
+    def string(self, expected: str = "a string") -> str:
+        if self.peek() != _QUOTE:
+            raise self.invalid_type(expected)
+        return self.string_here()
+
+    def string_here(self) -> str:
+        """A deserialized string at ``pos``: valid UTF-8, surrogate escapes paired (read.rs
+        parse_str)."""
+        match = _STRING.match(self.data, self.pos)
+        if match is None:
+            raise self.error("invalid string (control character, invalid escape or EOF)")
+        raw = match[1]
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError as error:
+            raise self.error("invalid unicode code point") from error
+        if b"\\" in raw:
+            text = json.loads(f'"{text}"')
+            if _SURROGATE.search(text):
+                raise self.error("lone leading surrogate in hex escape")
+        self.pos = match.end()
+        return text
+
+    def unsigned(self, limit: int, name: str) -> int:
+        """A ``u32``/``u64``/``usize``: serde_json hands a fraction, an exponent, ``-0`` or a value
+        past u64 over as a float and a negative value as an i64, both refused."""
+        byte = self.peek()
+        if byte is None or byte not in _DIGITS:
+            raise self.invalid_type(name)
+        match = _NUMBER.match(self.data, self.pos)
+        if match is None:
+            raise self.error("invalid number")
+        token = match[0]
+        if token[0] == ord("-") or match[1] or match[2] or len(token) > 20 or int(token) > _U64_MAX:
+            raise self.error(f"invalid type: {token.decode()!r} is not a {name}")
+        value = int(token)
+        if value > limit:
+            raise self.error(f"invalid value: integer `{value}`, expected {name}")
+        self.pos = match.end()
+        return value
+
+    def null(self, expected: str) -> None:
+        if self.peek() != ord("n") or not self.data.startswith(b"null", self.pos):
+            raise self.invalid_type(expected)
+        self.pos += 4
+
+    def ignore(self) -> None:
+        """serde_json's ``ignore_value``: any well-formed value, no depth limit, strings unchecked
+        beyond their escapes (de.rs ignore_value, read.rs ignore_str)."""
+        open_containers: list[int] = []
+        while True:
+            byte = self.peek()
+            if byte in (_OPEN_LIST, _OPEN_MAP):
+                assert byte is not None
+                self.pos += 1
+                closing = _CLOSE_LIST if byte == _OPEN_LIST else _CLOSE_MAP
+                if self.peek() != closing:
+                    open_containers.append(closing)
+                    if closing == _CLOSE_MAP:
+                        self._ignore_key()
+                    continue
+                self.pos += 1
+            else:
+                self._ignore_scalar(byte)
+            while True:
+                if not open_containers:
+                    return
+                byte = self.peek()
+                if byte == _COMMA:
+                    self.pos += 1
+                    if open_containers[-1] == _CLOSE_MAP:
+                        self._ignore_key()
+                    break
+                if byte != open_containers[-1]:
+                    raise self.error("expected `,` or the container's end")
+                self.pos += 1
+                open_containers.pop()
+
+    def _ignore_key(self) -> None:
+        if self.peek() != _QUOTE:
+            raise self.error("key must be a string")
+        self._ignore_scalar(_QUOTE)
+        self.colon()
+
+    def _ignore_scalar(self, byte: int | None) -> None:
+        if byte is None:
+            raise self.error("EOF while parsing a value")
+        if byte == _QUOTE:
+            match = _STRING.match(self.data, self.pos)
+        elif byte in _DIGITS:
+            match = _NUMBER.match(self.data, self.pos)
+        else:
+            literal = _LITERALS.get(byte)
+            if literal is None or not self.data.startswith(literal, self.pos):
+                raise self.error("expected value")
+            self.pos += len(literal)
+            return
+        if match is None:
+            raise self.error("invalid string" if byte == _QUOTE else "invalid number")
+        self.pos = match.end()
+
+
+Decode = Callable[[_Reader], Any]
+
+_REQUIRED, _OPTION, _DEFAULT = "required", "option", "default"
+"""What a serde-derived struct does with a field that is absent: error; ``None`` in map form but an
+error in array form (an ``Option`` without ``#[serde(default)]``); its default (with it)."""
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    decode: Decode
+    when_absent: str = _REQUIRED
+
+
+class _Struct:
+    """A serde-derived struct without ``deny_unknown_fields``: a map (unknown keys ignored,
+    repeated ones refused) or an array of the fields in declaration order; what is absent becomes
+    ``None`` or an error per ``_Field.when_absent``."""
+
+    def __init__(self, name: str, *fields: _Field) -> None:
+        self.name = name
+        self.fields = fields
+        self.by_name = {spec.name: spec for spec in fields}
+
+    def __call__(self, reader: _Reader) -> dict[str, Any]:
+        byte = reader.peek()
+        if byte == _OPEN_MAP:
+            return self._map(reader)
+        if byte == _OPEN_LIST:
+            return self._seq(reader)
+        raise reader.invalid_type(f"struct {self.name}")
+
+    def _map(self, reader: _Reader) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        reader.enter()
+        for key in reader.map_keys():
+            spec = self.by_name.get(key)
+            if spec is None:
+                reader.ignore()
+            elif key in values:
+                raise reader.error(f"duplicate field `{key}`")
+            else:
+                values[key] = spec.decode(reader)
+        reader.leave()
+        if len(values) < len(self.fields):
+            for spec in self.fields:
+                if spec.name not in values:
+                    if spec.when_absent == _REQUIRED:
+                        raise reader.error(f"missing field `{spec.name}`")
+                    values[spec.name] = None
+        return values
+
+    def _seq(self, reader: _Reader) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        reader.enter()
+        first = True
+        for index, spec in enumerate(self.fields):
+            if reader.has_next_element(first):
+                first = False
+                values[spec.name] = spec.decode(reader)
+            elif spec.when_absent == _DEFAULT:
+                values[spec.name] = None
+            else:
+                raise reader.error(
+                    f"invalid length {index}, expected struct {self.name} with "
+                    f"{len(self.fields)} elements"
+                )
+        reader.end_seq()
+        reader.leave()
+        return values
+
+
+class _Enum:
+    """An externally tagged enum: ``"Unit"``, ``{"Unit": null}`` or ``{"Variant": content}``
+    (exactly one key). ``variants`` maps each name to its content's decoder, ``None`` for a unit
+    variant; the result is serde's canonical form: ``"Unit"`` or ``{"Variant": content}``."""
+
+    def __init__(self, name: str, variants: dict[str, Decode | None]) -> None:
+        self.name = name
+        self.variants = variants
+
+    def __call__(self, reader: _Reader) -> Any:
+        byte = reader.peek()
+        if byte == _QUOTE:
+            variant = reader.string_here()
+            if variant not in self.variants:
+                raise reader.error(f"unknown variant `{variant}` of {self.name}")
+            if self.variants[variant] is not None:
+                raise reader.error(f"invalid type: unit variant, expected {self.name}::{variant}")
+            return variant
+        if byte != _OPEN_MAP:
+            raise reader.invalid_type(f"enum {self.name}")
+        reader.enter()
+        variant = reader.string("variant identifier")
+        if variant not in self.variants:
+            raise reader.error(f"unknown variant `{variant}` of {self.name}")
+        reader.colon()
+        decode = self.variants[variant]
+        if decode is None:
+            reader.null("unit")
+            result: Any = variant
+        else:
+            result = {variant: decode(reader)}
+        if reader.peek() != _CLOSE_MAP:
+            raise reader.error(f"expected `}}` after the {self.name} variant")
+        reader.pos += 1
+        reader.leave()
+        return result
+
+
+def _option(decode: Decode) -> Decode:
+    def option(reader: _Reader) -> Any:
+        if reader.peek() == ord("n"):
+            reader.null("an option")
+            return None
+        return decode(reader)
+
+    return option
+
+
+def _vec(decode: Decode) -> Decode:
+    def vec(reader: _Reader) -> list[Any]:
+        if reader.peek() != _OPEN_LIST:
+            raise reader.invalid_type("a sequence")
+        reader.enter()
+        items, first = [], True
+        while reader.has_next_element(first):
+            first = False
+            items.append(decode(reader))
+        reader.end_seq()
+        reader.leave()
+        return items
+
+    return vec
+
+
+def _u32(reader: _Reader) -> int:
+    return reader.unsigned(_U32_MAX, "u32")
+
+
+def _u64(reader: _Reader) -> int:
+    return reader.unsigned(_U64_MAX, "u64")
+
+
+def _string(reader: _Reader) -> str:
+    return reader.string()
+
+
+def _non_empty_string(reader: _Reader) -> str:
+    """A Struct name (type_descriptor.rs: ``Struct(NonEmptyString)``)."""
+    name = reader.string("a string with a length of more than 0")
+    if not name:
+        raise reader.error(
+            'invalid value: string "", expected a string with a length of more than 0'
         )
-    raw_tasks = value["tasks"]
-    if not isinstance(raw_tasks, list):
-        raise InvalidTaskGraph("bad request: tasks must be a list")
-    if not raw_tasks:
-        raise InvalidTaskGraph("bad request: task graph must contain at least one task")
+    return name
+
+
+# Data type descriptors (spider-core type_descriptor.rs), built in serde's canonical form so that
+# equal types compare equal whatever form the JSON used (task_graph.rs:782 compares the values).
+
+_int_type = _Enum("IntTypeDescriptor", dict.fromkeys(sorted(_INT_TYPES)))
+_float_type = _Enum("FloatTypeDescriptor", dict.fromkeys(sorted(_FLOAT_TYPES)))
+_primitive_type = _Enum(
+    "PrimitiveTypeDescriptor", {"Int": _int_type, "Float": _float_type, "Boolean": None}
+)
+_bytes_struct = _Struct("BytesTypeDescriptor")
+
+
+def _bytes_type(reader: _Reader) -> dict[str, Any]:
+    return _bytes_struct(reader)  # no fields: {}
+
+
+def _value_type(reader: _Reader) -> Any:
+    return _VALUE_TYPE(reader)
+
+
+_map_key_type = _Enum("MapKeyTypeDescriptor", {"Int": _int_type, "Bytes": _bytes_type})
+_map_type = _Struct(
+    "ValueTypeDescriptor::Map", _Field("key", _map_key_type), _Field("value", _value_type)
+)
+_VALUE_TYPE = _Enum(
+    "ValueTypeDescriptor",
+    {
+        "Primitive": _primitive_type,
+        "Bytes": _bytes_type,
+        "Struct": _non_empty_string,
+        "List": _value_type,
+        "Map": _map_type,
+    },
+)
+_data_type = _Enum("DataTypeDescriptor", {"Value": _value_type, "SharedValue": _value_type})
+
+
+# The graph's structs (task_graph.rs), fields in declaration order (their order in array form).
+
+_timeout_policy = _Struct(
+    "TimeoutPolicy", _Field("soft_timeout_ms", _u64), _Field("hard_timeout_ms", _u64)
+)
+# task_graph.rs:151: ``timeout_policy`` is ``#[serde(default)]`` but no ``Option``: null is refused.
+_execution_policy = _Struct(
+    "ExecutionPolicy",
+    _Field("max_num_retry", _u32),
+    _Field("max_num_instances", _u32),
+    _Field("timeout_policy", _timeout_policy, _DEFAULT),
+)
+# task_graph.rs:48: plain ``String``s, so empty ones are accepted.
+_tdl_context = _Struct("TdlContext", _Field("package", _string), _Field("task_func", _string))
+_input_source = _Struct("TaskInputOutputIndex", _Field("task_idx", _u64), _Field("position", _u64))
+# task_graph.rs:370: ``execution_policy`` is a ``#[serde(default)] Option`` (absent or null: none);
+# task_graph.rs:385: ``input_sources`` an ``Option`` without ``#[serde(default)]`` (absent or null
+# in map form: an input task; it may not be left off an array).
+_task = _Struct(
+    "TaskDescriptor",
+    _Field("tdl_context", _tdl_context),
+    _Field("execution_policy", _option(_execution_policy), _DEFAULT),
+    _Field("inputs", _vec(_data_type)),
+    _Field("outputs", _vec(_data_type)),
+    _Field("input_sources", _option(_vec(_input_source)), _OPTION),
+)
+_termination_task = _Struct(
+    "TerminationTaskDescriptor",
+    _Field("tdl_context", _tdl_context),
+    _Field("execution_policy", _option(_execution_policy), _DEFAULT),
+)
+_TOP_LEVEL: dict[str, Decode] = {
+    "schema_version": _string,
+    "tasks": _vec(_task),
+    "commit_task": _option(_termination_task),
+    "cleanup_task": _option(_termination_task),
+}
+
+
+def _parse_graph(text: bytes) -> TaskGraph:
+    reader = _Reader(text)
+    try:
+        graph = _read_graph(reader)
+        reader.end()
+    except _ParseError as error:
+        raise InvalidTaskGraph(
+            f"bad request: failed to deserialize the compressed task graph: {error}"
+        ) from error
+    return graph
+
+
+def _read_graph(reader: _Reader) -> TaskGraph:
+    """``TaskGraphVisitor::visit_map`` (task_graph.rs:969), in its order of checks."""
+    values = _read_top_level(reader)
+    for key in ("schema_version", "tasks"):
+        if key not in values:
+            raise reader.error(f"missing field `{key}`")
+    version = values["schema_version"]
+    try:
+        compatible = _schema_version_compatible(version)
+    except _SemverError as error:
+        raise reader.error(f"invalid schema version string '{version}': {error}") from error
+    if not compatible:
+        raise reader.error(
+            f"incompatible task graph schema version: found {version}, compatible requirement: "
+            f"{SCHEMA_REQUIREMENT}"
+        )
+    for key in ("commit_task", "cleanup_task"):
+        if key not in values:
+            raise reader.error(f"missing field `{key}`")
+    try:
+        # TaskGraph::new (task_graph.rs:470) validates the termination tasks' policies first.
+        commit_task = _termination(values["commit_task"])
+        cleanup_task = _termination(values["cleanup_task"])
+    except _ParseError as error:
+        raise reader.error(
+            f"failed to create task graph during deserialization: {error}"
+        ) from error
     tasks: list[TaskDescriptor] = []
-    for index, raw in enumerate(raw_tasks):
-        tasks.append(_parse_task(raw, index, tasks))
-    return TaskGraph(
-        tasks=tuple(tasks),
-        commit_task=_parse_termination(value["commit_task"], "commit_task"),
-        cleanup_task=_parse_termination(value["cleanup_task"], "cleanup_task"),
-        schema_version=version,
+    for index, raw in enumerate(values["tasks"]):
+        try:
+            tasks.append(_insert_task(raw, tasks))
+        except _ParseError as error:
+            raise reader.error(
+                f"failed to insert task (index={index}) during deserialization: {error}"
+            ) from error
+    return TaskGraph(tuple(tasks), commit_task, cleanup_task, version)
+
+
+def _read_top_level(reader: _Reader) -> dict[str, Any]:
+    if reader.peek() != _OPEN_MAP:
+        raise reader.invalid_type(
+            "a map with fields: schema_version,tasks,commit_task,cleanup_task"
+        )
+    reader.enter()
+    values: dict[str, Any] = {}
+    for key in reader.map_keys():
+        decode = _TOP_LEVEL.get(key)
+        if decode is None:
+            raise reader.error(
+                f"unknown field `{key}`, expected one of `schema_version`, `tasks`, "
+                "`commit_task`, `cleanup_task`"
+            )
+        if key in values:
+            raise reader.error(f"duplicate field `{key}`")
+        # Spider defers an error inside ``tasks`` until after the version check (task_graph.rs:996);
+        # the outcome is the same refusal, so it is raised at once here.
+        values[key] = decode(reader)
+    reader.leave()
+    return values
+
+
+def _validated_policy(raw: dict[str, Any]) -> ExecutionPolicy:
+    """``ExecutionPolicy::validate`` (task_graph.rs:165): instances first, then the timeouts.
+    Spider checks a policy only when it builds the graph (``TaskGraph::new``, ``insert_task``)."""
+    if raw["max_num_instances"] == 0:
+        raise _ParseError("invalid execution policy: `max_num_instances` must be greater than 0")
+    timeouts = raw["timeout_policy"]
+    try:
+        timeout_policy = (
+            TimeoutPolicy()
+            if timeouts is None
+            else TimeoutPolicy(timeouts["soft_timeout_ms"], timeouts["hard_timeout_ms"])
+        )
+    except InvalidExecutionPolicy as error:
+        raise _ParseError(f"invalid timeout policy: {error}") from error
+    return ExecutionPolicy(raw["max_num_retry"], raw["max_num_instances"], timeout_policy)
+
+
+def _termination(raw: dict[str, Any] | None) -> TerminationTask | None:
+    if raw is None:
+        return None
+    policy = raw["execution_policy"]
+    return TerminationTask(
+        TdlContext(raw["tdl_context"]["package"], raw["tdl_context"]["task_func"]),
+        None if policy is None else _validated_policy(policy),
     )
 
 
-def _supported_version(version: str) -> bool:
-    match = _SEMVER.fullmatch(version)
-    return match is not None and (int(match[1]), int(match[2])) == (0, 1)
-
-
-def _parse_task(raw: Any, index: int, earlier: list[TaskDescriptor]) -> TaskDescriptor:
-    where = f"tasks[{index}]"
-    if not isinstance(raw, dict):
-        raise InvalidTaskGraph(f"bad request: {where} must be an object")
-    for key in ("tdl_context", "inputs", "outputs"):
-        if key not in raw:
-            raise InvalidTaskGraph(f"bad request: {where} lacks {key}")
-    inputs = _parse_types(raw["inputs"], f"{where}.inputs")
-    outputs = _parse_types(raw["outputs"], f"{where}.outputs")
-    policy = raw.get("execution_policy")
-    sources = _parse_sources(raw.get("input_sources"), inputs, earlier, where)
+def _insert_task(raw: dict[str, Any], earlier: list[TaskDescriptor]) -> TaskDescriptor:
+    """``TaskGraph::insert_task`` (task_graph.rs:551) with
+    ``validate_and_retrieve_input_dep_indices`` (task_graph.rs:754)."""
+    policy = raw["execution_policy"]
+    execution_policy = DEFAULT_POLICY if policy is None else _validated_policy(policy)
+    inputs, raw_sources = tuple(raw["inputs"]), raw["input_sources"]
+    sources = None
+    if raw_sources is not None:
+        sources = tuple(InputSource(s["task_idx"], s["position"]) for s in raw_sources)
+        _check_sources(inputs, sources, earlier)
     return TaskDescriptor(
-        tdl_context=_parse_tdl_context(raw["tdl_context"], where),
+        tdl_context=TdlContext(raw["tdl_context"]["package"], raw["tdl_context"]["task_func"]),
         inputs=inputs,
-        outputs=outputs,
-        execution_policy=DEFAULT_POLICY
-        if policy is None
-        else parse_execution_policy(policy, where),
+        outputs=tuple(raw["outputs"]),
+        execution_policy=execution_policy,
         input_sources=sources,
     )
 
 
-def _parse_sources(
-    raw: Any, inputs: tuple[DataType, ...], earlier: list[TaskDescriptor], where: str
-) -> tuple[InputSource, ...] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, list) or len(raw) != len(inputs):
-        raise InvalidTaskGraph(f"bad request: {where}.input_sources must name one source per input")
-    sources = []
-    for position, source in enumerate(raw):
-        if not isinstance(source, dict) or not all(
-            isinstance(source.get(k), int) and not isinstance(source.get(k), bool)
-            for k in ("task_idx", "position")
+def _check_sources(
+    inputs: tuple[DataType, ...], sources: tuple[InputSource, ...], earlier: list[TaskDescriptor]
+) -> None:
+    # task_graph.rs:761: ``Some([])`` is refused on a task without inputs too.
+    if not inputs:
+        raise _ParseError("invalid task inputs: input task cannot have input sources specified")
+    if len(inputs) != len(sources):
+        raise _ParseError(
+            f"invalid task inputs: mismatched number of positional inputs ({len(inputs)}) "
+            f"and input sources ({len(sources)})."
+        )
+    for position, source in enumerate(sources):
+        # task_graph.rs:774: only a task inserted before (a lower index) has outputs to name.
+        if source.task_idx >= len(earlier) or source.position >= len(
+            earlier[source.task_idx].outputs
         ):
-            raise InvalidTaskGraph(f"bad request: {where}.input_sources[{position}] is malformed")
-        parent, output = source["task_idx"], source["position"]
-        if not 0 <= parent < len(earlier) or not 0 <= output < len(earlier[parent].outputs):
-            raise InvalidTaskGraph(
-                f"bad request: {where}.input_sources[{position}] names no earlier task's output"
+            raise _ParseError(
+                f"invalid task inputs: invalid input source at position {position} with "
+                f"task output index: TaskInputOutputIndex {{ task_idx: {source.task_idx}, "
+                f"position: {source.position} }}"
             )
-        if earlier[parent].outputs[output] != inputs[position]:
-            raise InvalidTaskGraph(
-                f"bad request: {where}.inputs[{position}] type differs from its source's output"
+        found = earlier[source.task_idx].outputs[source.position]
+        # task_graph.rs:782: descriptors are compared as values, not as JSON text.
+        if found != inputs[position]:
+            raise _ParseError(
+                f"invalid task inputs: mismatched input type for input at position "
+                f"{position}: expected {_debug(inputs[position])}, found {_debug(found)}"
             )
-        sources.append(InputSource(parent, output))
-    return tuple(sources)
 
 
-def _parse_termination(raw: Any, where: str) -> TerminationTask | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or "tdl_context" not in raw:
-        raise InvalidTaskGraph(f"bad request: {where} must be null or an object with tdl_context")
-    policy = raw.get("execution_policy")
-    return TerminationTask(
-        _parse_tdl_context(raw["tdl_context"], where),
-        None if policy is None else parse_execution_policy(policy, where),
-    )
+def _debug(descriptor: Any) -> str:
+    """A canonical descriptor as Rust's ``Debug`` writes it (``Value(List(Primitive(Boolean)))``),
+    for Spider's "mismatched input type" message."""
+    if isinstance(descriptor, str):
+        return descriptor
+    ((variant, content),) = descriptor.items()
+    if variant == "Bytes":
+        return "Bytes(BytesTypeDescriptor)"
+    if variant == "Struct":
+        return f"Struct({json.dumps(content, ensure_ascii=False)})"
+    if variant == "Map":
+        return f"Map {{ key: {_debug(content['key'])}, value: {_debug(content['value'])} }}"
+    return f"{variant}({_debug(content)})"
 
 
-def _parse_tdl_context(raw: Any, where: str) -> TdlContext:
-    if not isinstance(raw, dict) or not all(
-        isinstance(raw.get(k), str) and raw.get(k) for k in ("package", "task_func")
-    ):
-        raise InvalidTaskGraph(f"bad request: {where}.tdl_context needs package and task_func")
-    return TdlContext(raw["package"], raw["task_func"])
+# --- The schema version: the semver crate's Version::parse and VersionReq::matches ------------
+
+SCHEMA_REQUIREMENT = ">=0.1.0,<0.2.0"
+"""task_graph.rs:937 ``TASK_GRAPH_SCHEMA_COMPATIBLE_VERSION``."""
+_COMPARATORS = ((">=", (0, 1, 0)), ("<", (0, 2, 0)))
+"""The requirement's comparators: each names major, minor and patch, none a pre-release."""
+_IDENTIFIER_BYTES = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-")
+_ASCII_DIGITS = frozenset("0123456789")
 
 
-def _parse_types(raw: Any, where: str) -> tuple[DataType, ...]:
-    if not isinstance(raw, list):
-        raise InvalidTaskGraph(f"bad request: {where} must be a list")
-    for position, descriptor in enumerate(raw):
-        if not (
-            isinstance(descriptor, dict)
-            and len(descriptor) == 1
-            and next(iter(descriptor)) in ("Value", "SharedValue")
-            and _is_value_type(next(iter(descriptor.values())))
-        ):
-            raise InvalidTaskGraph(f"bad request: {where}[{position}] is not a data type")
-    return tuple(raw)
+class _SemverError(Exception):
+    """``semver::Error``'s message."""
 
 
-def _is_value_type(value: Any) -> bool:
-    """Spider's ``V``: Primitive, Bytes, Struct, List or Map, recursively."""
-    if value in ({"Primitive": "Boolean"}, {"Bytes": {}}):
-        return True
-    if not isinstance(value, dict) or len(value) != 1:
-        return False
-    kind, body = next(iter(value.items()))
-    checks = {
-        "Primitive": _is_number_type,
-        "Struct": lambda name: isinstance(name, str) and bool(name),
-        "List": _is_value_type,
-        "Map": _is_map_type,
-    }
-    check = checks.get(kind)
-    return check is not None and check(body)
+def _schema_version_compatible(text: str) -> bool:
+    """``VersionReq::parse(">=0.1.0,<0.2.0").matches(&Version::parse(text)?)``
+    (task_graph.rs:1023-1029); raises ``_SemverError`` when ``text`` is no version.
+
+    semver's rule for pre-releases: a version with one (``0.1.5-rc.1``) matches only if some
+    comparator has the same major.minor.patch **and** a pre-release itself. No comparator here has
+    one, so every pre-release version is refused, ``0.2.0-alpha`` (below ``0.2.0``) included.
+    Build metadata (``+…``) is ignored.
+    """
+    major, minor, patch, pre = _parse_version(text)
+    for op, comparator in _COMPARATORS:
+        numbers = (major, minor, patch)
+        # semver's matches_greater/matches_less: equal numbers are ordered by the pre-release, and
+        # the comparator's empty one sorts above any other.
+        if op == ">=":
+            matches = numbers > comparator or (numbers == comparator and not pre)
+        else:
+            matches = numbers < comparator or (numbers == comparator and bool(pre))
+        if not matches:
+            return False
+    return not pre  # no comparator has a pre-release (semver's pre_is_compatible)
 
 
-def _is_map_type(body: Any) -> bool:
-    return (
-        isinstance(body, dict)
-        and body.keys() == {"key", "value"}
-        and (body["key"] == {"Bytes": {}} or _is_int_type(body["key"]))
-        and _is_value_type(body["value"])
-    )
+def _parse_version(text: str) -> tuple[int, int, int, tuple[str, ...]]:
+    """semver 1.x ``Version::from_str``: ``MAJOR.MINOR.PATCH[-PRE][+BUILD]``, ASCII digits, no
+    leading zeros, each number within u64; identifiers ``[0-9A-Za-z-]``, non-empty, numeric
+    pre-release ones without a leading zero."""
+    if not text:
+        raise _SemverError("empty string, expected a semver version")
+    numbers = []
+    rest = text
+    for index, position in enumerate(("major", "minor", "patch")):
+        number, rest = _version_number(rest, f"{position} version number", last=index == 2)
+        numbers.append(number)
+    last = "patch version number"
+    pre: tuple[str, ...] = ()
+    if rest.startswith("-"):
+        last = "pre-release identifier"
+        pre, rest = _identifiers(rest[1:], last)
+    if rest.startswith("+"):
+        last = "build metadata"
+        _, rest = _identifiers(rest[1:], last)
+    if rest:
+        raise _SemverError(f"unexpected character {rest[0]!r} after {last}")
+    return numbers[0], numbers[1], numbers[2], pre
 
 
-def _is_number_type(value: Any) -> bool:
-    return _is_int_type(value) or (
-        isinstance(value, dict) and len(value) == 1 and value.get("Float") in _FLOAT_TYPES
-    )
+def _version_number(text: str, where: str, *, last: bool) -> tuple[int, str]:
+    """A number at the start of ``text`` and what follows (its ``.`` consumed unless ``last``)."""
+    length = 0
+    while length < len(text) and text[length] in _ASCII_DIGITS:
+        if length == 1 and text[0] == "0":
+            raise _SemverError(f"invalid leading zero in {where}")
+        length += 1
+    if length == 0:
+        if text:
+            raise _SemverError(f"unexpected character {text[0]!r} while parsing {where}")
+        raise _SemverError(f"unexpected end of input while parsing {where}")
+    if length > 20 or int(text[:length]) > _U64_MAX:
+        raise _SemverError(f"value of {where} exceeds u64::MAX")
+    rest = text[length:]
+    if not last:
+        if not rest:
+            raise _SemverError(f"unexpected end of input while parsing {where}")
+        if rest[0] != ".":
+            raise _SemverError(f"unexpected character {rest[0]!r} after {where}")
+        rest = rest[1:]
+    return int(text[:length]), rest
 
 
-def _is_int_type(value: Any) -> bool:
-    return isinstance(value, dict) and len(value) == 1 and value.get("Int") in _INT_TYPES
+def _identifiers(text: str, where: str) -> tuple[tuple[str, ...], str]:
+    """Dot-separated identifiers at the start of ``text`` (semver's ``identifier``); the rest."""
+    end = 0
+    while end < len(text) and (text[end] in _IDENTIFIER_BYTES or text[end] == "."):
+        end += 1
+    segments = text[:end].split(".")
+    for segment in segments:
+        if not segment:
+            raise _SemverError(f"empty identifier segment in {where}")
+        if where.startswith("pre") and len(segment) > 1 and segment[0] == "0" and segment.isdigit():
+            raise _SemverError(f"invalid leading zero in {where}")
+    return tuple(segments), text[end:]
