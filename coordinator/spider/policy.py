@@ -105,28 +105,3 @@ def commit_task_policy(
     """
     timeouts = TimeoutPolicy(soft_timeout_secs * 1000, hard_timeout_secs * 1000)
     return ExecutionPolicy(max_retry, 1, timeouts)
-
-
-def parse_execution_policy(value: Any, where: str) -> ExecutionPolicy:
-    """A policy from Spider's JSON; raises ``InvalidExecutionPolicy`` naming ``where``."""
-    if not isinstance(value, dict):
-        raise InvalidExecutionPolicy(f"{where}: execution_policy must be an object")
-    missing = {"max_num_retry", "max_num_instances"} - value.keys()
-    if missing:
-        raise InvalidExecutionPolicy(
-            f"{where}: execution_policy lacks {', '.join(sorted(missing))}"
-        )
-    timeouts = value.get("timeout_policy")
-    try:
-        if timeouts is None:
-            timeout_policy = TimeoutPolicy()
-        elif isinstance(timeouts, dict) and timeouts.keys() >= {
-            "soft_timeout_ms",
-            "hard_timeout_ms",
-        }:
-            timeout_policy = TimeoutPolicy(timeouts["soft_timeout_ms"], timeouts["hard_timeout_ms"])
-        else:
-            raise InvalidExecutionPolicy("timeout_policy needs soft_timeout_ms and hard_timeout_ms")
-        return ExecutionPolicy(value["max_num_retry"], value["max_num_instances"], timeout_policy)
-    except InvalidExecutionPolicy as error:
-        raise InvalidExecutionPolicy(f"{where}: {error}") from error
