@@ -8,6 +8,7 @@ over by an engine already running; an executor outlived a SIGKILLed host process
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -16,13 +17,14 @@ import textwrap
 import time
 from pathlib import Path
 
-from sqlalchemy import Engine, select
+import zstandard
+from sqlalchemy import Engine, select, update
 
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import PROJECT_ROOT
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.service.runtime import embedded_spider, open_engine, open_runtime
-from coordinator.spider.embedded.engine import EmbeddedSpider
+from coordinator.spider.embedded.engine import UNDECODABLE_STORED_JOB, EmbeddedSpider
 from coordinator.spider.port import JobState, start_if_ready
 from coordinator.store.guarded import Applied
 from coordinator.store.instances import ENGINE, Presence
@@ -255,3 +257,40 @@ def test_the_unrecorded_registration_grace_is_a_setting(config: CoordinatorConfi
         while runtime.embedded.get_job_state(unrecorded) is not JobState.CANCELLED:
             assert time.monotonic() - started < 15, "the registration was not cancelled"
             time.sleep(0.05)
+
+
+def test_a_gone_owners_job_whose_stored_graph_no_longer_decodes_is_failed_not_stranded(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """A graph an earlier version stored and Spider's rules refuse (here a pre-release schema
+    version, which the parser of before accepted). Before: the adopting engine took the job's
+    ownership, then failed to decode it: the job stayed Running for ever, owned by a live engine
+    that never ran it, and its compression job with it."""
+    work = tmp_path / "work"
+    with running_engine(migrated_engine, work) as first:
+        job_id = _start(first, [b"10"], "sleep")
+    stored_graph = json.dumps(
+        {**json.loads(_stored_graph_json(migrated_engine, job_id)), "schema_version": "0.1.5-rc.1"}
+    ).encode()
+    with migrated_engine.begin() as connection:
+        connection.execute(
+            update(EngineJob)
+            .where(EngineJob.id == job_id)
+            .values(task_graph=zstandard.ZstdCompressor().compress(stored_graph))
+        )
+
+    with running_engine(migrated_engine, work) as second:
+        assert wait_for(second, job_id, *DONE, timeout=20) is JobState.FAILED
+        error = second.get_job_error(job_id)
+    assert error.startswith(f"{UNDECODABLE_STORED_JOB}: bad request:"), error
+    assert "0.1.5-rc.1" in error or "version" in error, error
+    state, owner = _stored(migrated_engine, job_id)
+    assert state == "Failed" and owner is not None
+
+
+def _stored_graph_json(engine: Engine, job_id: int) -> bytes:
+    with engine.connect() as connection:
+        compressed = connection.execute(
+            select(EngineJob.task_graph).where(EngineJob.id == job_id)
+        ).scalar_one()
+    return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(compressed))

@@ -137,7 +137,7 @@ from coordinator.spider.task_graph import (
     TerminationTask,
     decode_job_submission,
 )
-from coordinator.spider.wire import decode_job_outputs, encode_job_outputs
+from coordinator.spider.wire import InvalidFrame, decode_job_outputs, encode_job_outputs
 from coordinator.store.clock import utc_now
 from coordinator.store.instances import (
     DEFAULT_STALE_AFTER_SECS,
@@ -274,6 +274,7 @@ UNRECORDED_GRACE_SECS = 60.0
 """How long a gone owner's Ready job may wait for a compression job to record it."""
 SCRATCH_SWEEP_INTERVAL_SECS = 60.0
 """How often the staging directory is swept for scratch directories of instances that are gone."""
+UNDECODABLE_STORED_JOB = "the stored task graph, inputs or outputs cannot be decoded"
 UNRECORDED_REGISTRATION = (
     "registered by a coordinator that stopped before recording it, and never started"
 )
@@ -579,7 +580,12 @@ class EmbeddedSpider:
             state = _STATES_BY_NAME[row.state]
             if state.is_terminal:
                 return state  # terminal and evicted: Spider answers its state
-            graph = decode_job_submission(bytes(row.task_graph), bytes(row.inputs)).task_graph
+            try:
+                graph = decode_job_submission(bytes(row.task_graph), bytes(row.inputs)).task_graph
+            except (InvalidTaskGraph, InvalidFrame) as error:
+                raise ServerError(
+                    f"{INTERNAL_ERROR}: {UNDECODABLE_STORED_JOB} (job {job_id}): {error}"
+                ) from error
             _check_cancellable(state, has_cleanup=graph.cleanup_task is not None)
             if graph.cleanup_task is not None:
                 raise ServerError(
@@ -1048,7 +1054,20 @@ class EmbeddedSpider:
 
     def _adopt(self, row: Row[Any]) -> _Job | None:
         """Take the job of ``row`` over (compare-and-set of its owner) and run it as after a
-        restart; ``None`` when another engine was faster. Holds the condition."""
+        restart; ``None`` when another engine was faster, or when what the row stores cannot be
+        decoded any more (a graph an earlier version accepted that Spider's rules refuse): that
+        job is failed, saying so, rather than owned and never run. Holds the condition."""
+        state = _STATES_BY_NAME[row.state]
+        try:
+            submission = decode_job_submission(bytes(row.task_graph), bytes(row.inputs))
+            outputs = (
+                decode_job_outputs(bytes(row.outputs or b""))
+                if state is JobState.COMMIT_READY
+                else []
+            )
+        except (InvalidTaskGraph, InvalidFrame) as error:
+            self._fail_undecodable(row, f"{UNDECODABLE_STORED_JOB}: {error}")
+            return None
         taken = self._write(
             update(_jobs_table).where(*_unchanged_since(row)).values(owner=self.token),
             retry=False,
@@ -1056,14 +1075,12 @@ class EmbeddedSpider:
         )
         if taken != 1:
             return None
-        submission = decode_job_submission(bytes(row.task_graph), bytes(row.inputs))
-        state = _STATES_BY_NAME[row.state]
         job = _build_job(row.id, submission.task_graph, list(submission.inputs), state)
         self._jobs[job.id] = job
         if state is JobState.RUNNING:
             self._release_input_tasks(job)  # from the start, as Spider does
         elif state is JobState.COMMIT_READY and job.commit is not None:
-            job.graph_outputs = decode_job_outputs(bytes(row.outputs))
+            job.graph_outputs = outputs
             job.commit.state = _TaskState.READY
             self._enqueue(job.id, COMMIT, termination=True)
         elif state is JobState.CLEANUP_READY and job.cleanup is not None:
@@ -1076,6 +1093,24 @@ class EmbeddedSpider:
             row.owner or "none",
         )
         return job
+
+    def _fail_undecodable(self, row: Row[Any], message: str) -> None:
+        """End the unfinished job of ``row`` Failed with ``message`` (compare-and-set, as
+        adoption); raises the database's errors."""
+        failed = self._write(
+            update(_jobs_table)
+            .where(*_unchanged_since(row))
+            .values(
+                state=STATE_NAMES[JobState.FAILED],
+                owner=self.token,
+                error_message=message,
+                updated_at=utc_now(),
+            ),
+            retry=False,
+            doing=f"failing job {row.id}",
+        )
+        if failed == 1:
+            _log.warning("spider job %d: Failed (%s)", row.id, message)
 
     def _drop(self, job: _Job) -> None:
         """Forget a job that is no longer this engine's (holds the condition)."""
