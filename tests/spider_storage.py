@@ -223,6 +223,8 @@ class SpiderStorage:
         return self.process
 
     def _write_config(self) -> None:
+        """``storage.example.yaml``'s settings, but an execution manager is declared dead only
+        after an hour: the stand-in sends no heartbeats, and a module may outlast a minute."""
         url = make_url(self.server_url)
         self.config_path.write_text(
             f'host: "127.0.0.1"\n'
@@ -241,7 +243,7 @@ class SpiderStorage:
             "    gc_interval_sec: 30\n"
             "    terminated_job_retention_sec: 300\n"
             "  task_instance_pool:\n"
-            "    execution_manager_stale_cutoff_sec: 60\n"
+            "    execution_manager_stale_cutoff_sec: 3600\n"
             "    gc_interval_sec: 30\n"
             "    message_channel_capacity: 128\n"
         )
