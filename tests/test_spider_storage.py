@@ -1187,10 +1187,7 @@ def test_the_real_server_and_the_embedded_engine_answer_the_same_calls(
     assert run(embedded_side) == DIFFERENCES.get(scenario, spiders_answers)
 
 
-FATAL_CANCELS = [case for case, kind in FATAL.items() if not kind.startswith("outputs")]
-
-
-@pytest.mark.parametrize("case", FATAL_CANCELS)
+@pytest.mark.parametrize("case", list(FATAL), ids=list(FATAL))
 def test_where_the_real_server_shuts_down_the_embedded_engine_refuses_and_carries_on(
     embedded_side: EmbeddedSide, case: str
 ) -> None:
@@ -1202,8 +1199,15 @@ def test_where_the_real_server_shuts_down_the_embedded_engine_refuses_and_carrie
     if kind == "commit ready":
         spider.start_job(job)
         embedded_side.reach(job, JobState.COMMIT_READY)
+    elif kind == "outputs of running":
+        spider.start_job(job)
+    elif kind == "outputs of cancelled":
+        spider.cancel_job(job)
     before = spider.get_job_state(job)
     # The same answer as Spider's (INTERNAL), but the engine carries on, the job unchanged.
-    assert code(lambda: spider.cancel_job(job)) == "INTERNAL"
+    if kind.startswith("outputs"):
+        assert code(lambda: spider.get_job_outputs(job)) == "INTERNAL"
+    else:
+        assert code(lambda: spider.cancel_job(job)) == "INTERNAL"
     assert spider.get_job_state(job) is before
     assert code(lambda: spider.get_job_state(2**40)) == "NOT_FOUND"  # still serving
