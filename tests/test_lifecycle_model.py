@@ -185,6 +185,47 @@ class DatabaseOutage:
 # --- a Spider with Spider's rules and the task package's real effects ---------------------------
 
 
+def store_archive(
+    engine: Engine,
+    config: CoordinatorConfig,
+    clock: ModelClock,
+    *,
+    spider_job_id: int,
+    task_id: str,
+    instance_id: int,
+) -> ArchiveMetadata:
+    """A compress task instance's effects: it stores one archive file and records it for the
+    compression job in flight that records ``spider_job_id`` (unattributed when none or several
+    do), as compress.py does; the archive's metadata, as its ``CompressionTaskOutput`` says."""
+    archive_id = str(uuid.uuid4())
+    directory = Path(config.archive_directory) / DATASET
+    directory.mkdir(parents=True, exist_ok=True)
+    location = directory / archive_id
+    location.write_bytes(b"archive")
+    with engine.begin() as connection:
+        try:
+            owner: int | None = in_flight_job_of(connection, spider_job_id)[0]
+        except SpiderJobUnmatched:
+            owner = None
+        record_stored_archive(
+            connection,
+            StoredArchiveRecord(
+                spider_job_id=spider_job_id,
+                task_id=task_id,
+                instance_id=instance_id,
+                dataset=DATASET,
+                archive_id=archive_id,
+                location=str(location),
+                size=7,
+                stored_at=clock.utc(),
+                job_id=owner,
+            ),
+        )
+    return ArchiveMetadata(
+        id=archive_id, begin_timestamp=1, end_timestamp=2, size=7, uncompressed_size=70
+    )
+
+
 @dataclass
 class SimJob:
     state: JobState = JobState.READY
@@ -270,33 +311,14 @@ class SimSpider:
     # What the program makes the tasks do
     def store_archive(self, spider_id: int) -> None:
         """A compress task instance stores one archive and records it, as compress.py does."""
-        archive_id = str(uuid.uuid4())
-        directory = Path(self.config.archive_directory) / DATASET
-        directory.mkdir(parents=True, exist_ok=True)
-        location = directory / archive_id
-        location.write_bytes(b"archive")
-        with self.engine.begin() as connection:
-            try:
-                owner: int | None = in_flight_job_of(connection, spider_id)[0]
-            except SpiderJobUnmatched:
-                owner = None
-            record_stored_archive(
-                connection,
-                StoredArchiveRecord(
-                    spider_job_id=spider_id,
-                    task_id="0",
-                    instance_id=len(self.jobs[spider_id].archives),
-                    dataset=DATASET,
-                    archive_id=archive_id,
-                    location=str(location),
-                    size=7,
-                    stored_at=self.clock.utc(),
-                    job_id=owner,
-                ),
-            )
         self.jobs[spider_id].archives.append(
-            ArchiveMetadata(
-                id=archive_id, begin_timestamp=1, end_timestamp=2, size=7, uncompressed_size=70
+            store_archive(
+                self.engine,
+                self.config,
+                self.clock,
+                spider_job_id=spider_id,
+                task_id="0",
+                instance_id=len(self.jobs[spider_id].archives),
             )
         )
 
@@ -321,10 +343,108 @@ class SimSpider:
         return True
 
 
+# --- the invariants (shared with the model on the embedded engine, test_engine_model.py) -------
+
+
+class PublicationInvariants:
+    """The invariants on the jobs and their archives that hold after every step, whatever runs
+    the Spider jobs. The model provides ``engine`` (the shared database), ``config`` and
+    ``succeeded`` (the jobs seen Succeeded, with what they published)."""
+
+    engine: Engine
+    config: CoordinatorConfig
+    succeeded: dict[int, set[str]]
+
+    def _rows(self) -> list[Any]:
+        with self.engine.connect() as connection:
+            return list(
+                connection.execute(
+                    select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at, _jobs.c.spider_id)
+                ).all()
+            )
+
+    def _published(self, job_id: int, spider_id: int | None) -> set[str]:
+        with self.engine.connect() as connection:
+            found = published_archives_of_job(connection, job_id, spider_id)
+        return {archive for ids in found.values() for archive in ids}
+
+    def _all_published(self) -> list[str]:
+        table = archives_table(DATASET)
+        with self.engine.connect() as connection:
+            if not inspect(connection).has_table(table.name):
+                return []
+            return list(connection.execute(select(table.c.id)).scalars())
+
+    @invariant()
+    def a_succeeded_job_never_changes(self) -> None:
+        for row in self._rows():
+            state = state_of(row.status, row.committed_at)
+            published = self._published(row.id, row.spider_id)
+            if row.id in self.succeeded:
+                assert state is JobStatus.SUCCEEDED, f"job {row.id} left Succeeded: {state}"
+                assert published == self.succeeded[row.id], f"job {row.id}'s archives changed"
+            elif state is JobStatus.SUCCEEDED:
+                assert published, f"job {row.id} Succeeded with nothing published"
+                self.succeeded[row.id] = published
+
+    @invariant()
+    def a_job_that_ended_badly_keeps_nothing_published(self) -> None:
+        for row in self._rows():
+            if state_of(row.status, row.committed_at) in (JobStatus.FAILED, JobStatus.KILLED):
+                assert not self._published(row.id, row.spider_id), f"job {row.id} half-published"
+
+    @invariant()
+    def every_published_archive_was_recorded_and_exists_once(self) -> None:
+        published = self._all_published()
+        assert len(published) == len(set(published)), "an archive is published twice"
+        with self.engine.connect() as connection:
+            recorded = dict(
+                connection.execute(select(_stored.c.archive_id, _stored.c.location)).all()
+            )
+        for archive in published:
+            assert archive in recorded, f"archive {archive} is published but was never stored"
+            assert Path(recorded[archive]).is_file(), f"published archive {archive} is gone"
+
+    @invariant()
+    def the_history_matches_the_status(self) -> None:
+        with self.engine.connect() as connection:
+            last = dict(
+                connection.execute(
+                    select(_history.c.job_id, _history.c.to_status).where(
+                        _history.c.id.in_(
+                            select(func.max(_history.c.id)).group_by(_history.c.job_id)
+                        )
+                    )
+                ).all()
+            )
+        for row in self._rows():
+            state = state_of(row.status, row.committed_at)
+            assert last.get(row.id, int(JobStatus.PENDING)) == int(state), f"job {row.id}"
+
+    @invariant()
+    def an_outage_never_ends_a_job(self) -> None:
+        with self.engine.connect() as connection:
+            messages = connection.execute(
+                select(_jobs.c.id, _jobs.c.status_msg).where(
+                    _jobs.c.status_msg.contains("model's database outage")
+                )
+            ).all()
+        assert not messages, f"an outage ended jobs: {[tuple(row) for row in messages]}"
+
+    def check_archive_files_are_published(self) -> None:
+        """At quiescence: every archive file is exactly a published archive."""
+        files = {path.name for path in (Path(self.config.archive_directory) / DATASET).glob("*")}
+        published = set(self._all_published())
+        assert files == published, (
+            f"files without a publication: {sorted(files - published)}; "
+            f"publications without a file: {sorted(published - files)}"
+        )
+
+
 # --- the model ---------------------------------------------------------------------------------
 
 
-class CoordinatorModel(RuleBasedStateMachine):
+class CoordinatorModel(PublicationInvariants, RuleBasedStateMachine):
     """Two coordinator replicas, one Spider, up to ``MAX_JOBS`` jobs."""
 
     def __init__(self) -> None:
@@ -514,82 +634,6 @@ class CoordinatorModel(RuleBasedStateMachine):
 
     # --- invariants -----------------------------------------------------------------------------
 
-    def _rows(self) -> list[Any]:
-        with self.engine.connect() as connection:
-            return list(
-                connection.execute(
-                    select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at, _jobs.c.spider_id)
-                ).all()
-            )
-
-    def _published(self, job_id: int, spider_id: int | None) -> set[str]:
-        with self.engine.connect() as connection:
-            found = published_archives_of_job(connection, job_id, spider_id)
-        return {archive for ids in found.values() for archive in ids}
-
-    def _all_published(self) -> list[str]:
-        table = archives_table(DATASET)
-        with self.engine.connect() as connection:
-            if not inspect(connection).has_table(table.name):
-                return []
-            return list(connection.execute(select(table.c.id)).scalars())
-
-    @invariant()
-    def a_succeeded_job_never_changes(self) -> None:
-        for row in self._rows():
-            state = state_of(row.status, row.committed_at)
-            published = self._published(row.id, row.spider_id)
-            if row.id in self.succeeded:
-                assert state is JobStatus.SUCCEEDED, f"job {row.id} left Succeeded: {state}"
-                assert published == self.succeeded[row.id], f"job {row.id}'s archives changed"
-            elif state is JobStatus.SUCCEEDED:
-                assert published, f"job {row.id} Succeeded with nothing published"
-                self.succeeded[row.id] = published
-
-    @invariant()
-    def a_job_that_ended_badly_keeps_nothing_published(self) -> None:
-        for row in self._rows():
-            if state_of(row.status, row.committed_at) in (JobStatus.FAILED, JobStatus.KILLED):
-                assert not self._published(row.id, row.spider_id), f"job {row.id} half-published"
-
-    @invariant()
-    def every_published_archive_was_recorded_and_exists_once(self) -> None:
-        published = self._all_published()
-        assert len(published) == len(set(published)), "an archive is published twice"
-        with self.engine.connect() as connection:
-            recorded = dict(
-                connection.execute(select(_stored.c.archive_id, _stored.c.location)).all()
-            )
-        for archive in published:
-            assert archive in recorded, f"archive {archive} is published but was never stored"
-            assert Path(recorded[archive]).is_file(), f"published archive {archive} is gone"
-
-    @invariant()
-    def the_history_matches_the_status(self) -> None:
-        with self.engine.connect() as connection:
-            last = dict(
-                connection.execute(
-                    select(_history.c.job_id, _history.c.to_status).where(
-                        _history.c.id.in_(
-                            select(func.max(_history.c.id)).group_by(_history.c.job_id)
-                        )
-                    )
-                ).all()
-            )
-        for row in self._rows():
-            state = state_of(row.status, row.committed_at)
-            assert last.get(row.id, int(JobStatus.PENDING)) == int(state), f"job {row.id}"
-
-    @invariant()
-    def an_outage_never_ends_a_job(self) -> None:
-        with self.engine.connect() as connection:
-            messages = connection.execute(
-                select(_jobs.c.id, _jobs.c.status_msg).where(
-                    _jobs.c.status_msg.contains("model's database outage")
-                )
-            ).all()
-        assert not messages, f"an outage ended jobs: {[tuple(row) for row in messages]}"
-
     @invariant()
     def cancel_never_shuts_spider_down(self) -> None:
         assert self.spider.fatal_cancels == []
@@ -629,12 +673,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         for spider_id, job in self.spider.jobs.items():
             alive = not job.state.is_terminal and job.state is not JobState.READY
             assert not alive or spider_id in recorded_ids, f"Spider job {spider_id} is orphaned"
-        files = {path.name for path in (Path(self.config.archive_directory) / DATASET).glob("*")}
-        published = set(self._all_published())
-        assert files == published, (
-            f"files without a publication: {sorted(files - published)}; "
-            f"publications without a file: {sorted(published - files)}"
-        )
+        self.check_archive_files_are_published()
 
 
 CoordinatorModel.TestCase.settings = settings.get_profile(

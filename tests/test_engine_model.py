@@ -1,0 +1,687 @@
+"""A stateful model of coordinator replicas that each host a real embedded engine.
+
+The companion of ``test_lifecycle_model.py``, whose Spider is simulated: here every coordinator
+replica hosts a real ``EmbeddedSpider`` on the shared SQLite database, as the embedded default
+does (``coordinator.service.runtime``: one engine per replica, its jobs owned by the replica's
+presence token), but no thread runs it. The program plays the execution managers: it pulls
+assignments (``_next_assignment``), decides which instance runs when and how it ends (succeeds,
+fails and uses a retry, its executor crashes before or after the task's effects, it is killed at
+its hard timeout after them), and reports each outcome (``_report``) as a manager would; it injects
+the engine's own faults (a lost report, a duplicate instance, a cancel arriving while an instance
+runs) and runs the engine's sweep (adoption of the jobs of owners that are gone).
+
+Task effects are the real ones: a compress instance stores an archive file and records it (as the
+SimSpider model's do) and returns real ``CompressionTaskOutput`` bytes, which the engine hands to
+the commit instance, which runs the real commit task function (``coordinator.tasks.commit``); the
+cleanup instance runs the real cleanup task.
+
+Replicas die with their engine: a crash at a crash point of a tick, in the middle of a database
+outage, or between ticks (with the instances they were running, whose effects may have happened);
+a replica restarts with a new presence (taking its instance id's row over, so its engine's jobs are
+adoptable at once), or stays down until its heartbeat row expires (deleted here: the engine's
+"expired and seen by a healthy observer" is real time, which the model keeps out) or for good.
+The database goes away at a chosen statement of a tick (the engine's calls included) or of an
+engine's report, where the engine waits it out (its back-off wait ends the outage after the
+attempts the program chose, no real time passes).
+
+After every step, the invariants of ``test_lifecycle_model.py`` (``PublicationInvariants``) and:
+an engine hands out an instance only of a job whose row it owns and that has not ended; every
+running instance belongs to a job its host's engine owns (one engine runs a Spider job). At the end
+the program drains everything (every assignment run to success, sweeps, ticks) and checks: every
+compression job is terminal, no replica drives anything, every engine job is terminal or Ready and
+unrecorded, every archive file is exactly a published archive; then every replica restarts and
+every engine job is terminal (the unrecorded Ready ones cancelled).
+
+Real time is kept out: the presence rows never expire by themselves (a long expiry, no heartbeat
+thread), the unrecorded-registration grace is 0, soft timeouts never fire (no monitor thread), the
+coordinators' clocks are the model's.
+
+Profiles (``COORDINATOR_MODEL_PROFILE``): ``ci`` (default; ``COORDINATOR_MODEL_EXAMPLES`` programs,
+25 unless set) and ``long`` (1,000 programs: ``COORDINATOR_MODEL_PROFILE=long .venv/bin/pytest
+tests/test_engine_model.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, cast
+from unittest import mock
+
+from hypothesis import HealthCheck, settings
+from hypothesis import event as statistic
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+from sqlalchemy import Table, delete, select
+from sqlalchemy.exc import SQLAlchemyError
+
+import coordinator.service.coordinator as coordinator_module
+import coordinator.store.instances as instances_module
+from coordinator.cli.jobs import cancel_job
+from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.lifecycle import state_of
+from coordinator.service.coordinator import Coordinator
+from coordinator.service.crashpoints import POINTS
+from coordinator.service.ingest import put_files, submit_job
+from coordinator.service.runtime import archive_output_of, worker_settings
+from coordinator.spider.embedded.engine import COMMIT, STATE_NAMES, EmbeddedSpider
+from coordinator.spider.embedded.faults import Fault, FaultKind
+from coordinator.spider.embedded.manager import Assignment
+from coordinator.spider.embedded.protocol import (
+    Reply,
+    executor_crashed,
+    hard_timeout_exceeded,
+    in_task_failure,
+)
+from coordinator.store.database import create_database_engine, is_transient
+from coordinator.store.instances import COORDINATOR, Presence
+from coordinator.store.jobs import JobStore
+from coordinator.store.schema import CoordinatorInstance, EngineJob
+from coordinator.task_io import CompressionTaskOutput
+from coordinator.tasks import database as task_database
+from coordinator.tasks.cleanup import cleanup
+from coordinator.tasks.commit import commit
+from coordinator.tasks.context import TaskContext, TaskError, WorkerSettings
+from coordinator.tasks.registry import CLEANUP, CLP_PACKAGE, COMPRESS
+from coordinator.tasks.registry import COMMIT as COMMIT_FUNCTION
+from tests.test_lifecycle_model import (
+    DATASET,
+    DatabaseOutage,
+    ModelClock,
+    PublicationInvariants,
+    _template_database,
+    store_archive,
+)
+
+MAX_JOBS = 4
+NAMES = ("a", "b")
+STALE_AFTER_SECS = 10 * 24 * 3600.0
+"""The replicas' presence rows never expire during a program (no heartbeat thread runs)."""
+
+settings.register_profile(
+    "engine-ci",
+    max_examples=int(os.environ.get("COORDINATOR_MODEL_EXAMPLES", "25")),
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.register_profile(
+    "engine-long",
+    max_examples=1000,
+    stateful_step_count=45,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+_engine_jobs = cast(Table, EngineJob.__table__)
+_instances = cast(Table, CoordinatorInstance.__table__)
+_UNFINISHED = {STATE_NAMES[state] for state in STATE_NAMES if not state.is_terminal}
+OUTCOMES = st.just("succeeds") | st.sampled_from(
+    ["fails", "crashes", "crashes-after-effects", "times-out-after-effects"]
+)
+"""How an instance ends (half of them succeed)."""
+REPORT_OUTAGES = st.none() | st.tuples(
+    st.integers(min_value=0, max_value=3), st.booleans(), st.integers(min_value=1, max_value=3)
+)
+"""The database is away during a report: after so many statements, possibly a commit whose reply
+is lost, for so many attempts of the engine's write."""
+_TERMINATION_TASKS = (COMMIT, "cleanup")
+
+
+class Crash(BaseException):
+    """The process dies here (a crash point reached): nothing after it runs, as with SIGKILL."""
+
+
+class OutageWait(threading.Event):
+    """The engine's back-off between two attempts of a write while the database is away.
+
+    Instead of sleeping, each wait is one failed attempt: after the number of attempts the program
+    chose, the database is back. A wait without an outage is a failure of the model's check (the
+    engine retried a write for another reason).
+    """
+
+    def __init__(self, outage: DatabaseOutage) -> None:
+        super().__init__()
+        self.outage = outage
+        self.attempts_left = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert self.outage.down, "the engine waited for the database although it was there"
+        self.attempts_left -= 1
+        if self.attempts_left <= 0:
+            self.outage.end()
+        return False
+
+
+@dataclass
+class Instance:
+    """A task instance an execution manager of ``host`` took and runs."""
+
+    host: str
+    assignment: Assignment
+
+    @property
+    def label(self) -> str:
+        request = self.assignment.request
+        return f"{request.job_id}/{request.task_id}#{request.instance_id}@{self.host}"
+
+
+class Replica:
+    """One coordinator process: its presence row, its embedded engine (started as ``start()``
+    does, without the execution managers and the monitor thread), and its coordinator."""
+
+    def __init__(self, model: EngineModel, name: str) -> None:
+        self.name = name
+        self.presence = Presence(
+            model.engine, COORDINATOR, name, stale_after_secs=STALE_AFTER_SECS
+        ).register(wait_secs=0)
+        self.spider = EmbeddedSpider(
+            model.engine,
+            model.worker_settings,
+            workers=1,
+            presence=self.presence,
+            coordinator_name=name,
+            unrecorded_grace_secs=0.0,
+        )
+        self.waits = OutageWait(model.outage)
+        self.spider._stopping = self.waits
+        self.spider._sweep()  # start()'s adoption of the jobs of owners that are gone
+        self.coordinator = Coordinator(
+            engine=model.engine,
+            spider=self.spider,
+            settings=model.config.compression_coordinator,
+            archive_output=archive_output_of(model.config),
+            instance_id=name,
+            lease_duration=timedelta(seconds=30),
+            owns_undecodable_jobs=True,
+            cleanup_task=True,
+            clock=model.clock.monotonic,
+        )
+        self.coordinator.store = model.store
+
+    def tick(self) -> None:
+        try:
+            self.coordinator.tick()
+        finally:
+            # The sweep's storage listing runs on a thread: waited for, so nothing runs alongside.
+            reconciler = self.coordinator._reconciler
+            if reconciler is not None:
+                reconciler.join()
+
+    def die(self) -> None:
+        """The process is gone: its token is no longer this process's (a restart on this host
+        takes the row over at once); its executors died with it."""
+        with instances_module._tokens_lock:
+            instances_module._tokens_of_this_process.discard(self.presence.token)
+
+    @property
+    def has_work_queued(self) -> bool:
+        return bool(self.spider._regular_lane or self.spider._termination_lane)
+
+
+class EngineModel(PublicationInvariants, RuleBasedStateMachine):
+    """Two coordinator replicas, each with its embedded engine, up to ``MAX_JOBS`` jobs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = Path(tempfile.mkdtemp(prefix="coordinator-engine-model-"))
+        database = self.directory / "coordinator.db"
+        shutil.copy(_template_database(), database)
+        os.environ.pop("COORDINATOR_DATABASE_URL", None)
+        base = load_config(None, data_dir=self.directory)
+        # A target of 1 byte: each of the two objects is a partition, so graphs have two tasks.
+        output = base.clp.archive_output.model_copy(update={"target_archive_size": 1})
+        self.config: CoordinatorConfig = dataclasses.replace(
+            base, clp=base.clp.model_copy(update={"archive_output": output})
+        )
+        url = f"sqlite:///{database}"
+        self.engine = create_database_engine(url)
+        self.worker_settings: WorkerSettings = worker_settings(self.config, url)
+        self.clock = ModelClock()
+        self.outage = DatabaseOutage(self.engine)
+        self.store = JobStore(self.engine, clock=self.clock.utc)
+        self.replicas: dict[str, Replica] = {}
+        self.expired: set[str] = set()
+        """Replicas down whose presence row is gone (expired)."""
+        self.running: list[Instance] = []
+        self.succeeded: dict[int, set[str]] = {}
+        self.jobs: list[int] = []
+        logs = []
+        for name in ("alpha.jsonl", "zulu-2.jsonl"):
+            log = self.directory / name
+            log.write_text('{"timestamp": 1, "message": "m"}\n', encoding="utf-8")
+            logs.append(log)
+        put_files(self.config, logs, bucket="logs", prefix="ingest/")
+
+    @initialize(jobs=st.integers(min_value=1, max_value=2))
+    def start(self, jobs: int) -> None:
+        self.replicas = {name: Replica(self, name) for name in NAMES}
+        for _ in range(jobs):
+            self.submit()
+
+    def teardown(self) -> None:
+        try:
+            self._drain()
+        finally:
+            for replica in self.replicas.values():
+                replica.die()
+            task_database.task_engine(self.worker_settings).dispose()
+            self.engine.dispose()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    # --- jobs and operators ---------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.jobs) < MAX_JOBS)
+    @rule()
+    def submit(self) -> None:
+        self.jobs.append(
+            submit_job(
+                self.config,
+                self.engine,
+                bucket="logs",
+                prefix="ingest/",
+                dataset=DATASET,
+                timestamp_key="timestamp",
+            )
+        )
+
+    @precondition(lambda self: bool(self.jobs))
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from(self.jobs))
+        cancel_job(self.store, job_id, "model")
+
+    # --- coordinators -----------------------------------------------------------------------------
+
+    def _up(self) -> list[str]:
+        return [name for name in NAMES if name in self.replicas]
+
+    def _down(self) -> list[str]:
+        return [name for name in NAMES if name not in self.replicas]
+
+    @precondition(lambda self: bool(self._up()))
+    @rule(
+        data=st.data(),
+        seconds=st.sampled_from([0.2, 1.0, 5.0]),
+        actions=st.integers(min_value=0, max_value=3),
+    )
+    def tick(self, data: st.DataObject, seconds: float, actions: int) -> None:
+        """A replica's coordinator ticks, and meanwhile its execution managers act."""
+        name = data.draw(st.sampled_from(self._up()))
+        self.clock.advance(seconds)
+        self.replicas[name].tick()
+        self._managers_act(data, actions, [name])
+
+    @precondition(lambda self: bool(self._up()))
+    @rule(
+        data=st.data(),
+        after_statements=st.integers(min_value=0, max_value=40),
+        reply_lost=st.booleans(),
+        ticks_down=st.sampled_from([1, 3]),
+        then=st.sampled_from(["carries-on", "crashes"]),
+    )
+    def a_database_outage_mid_tick(
+        self,
+        data: st.DataObject,
+        after_statements: int,
+        reply_lost: bool,
+        ticks_down: int,
+        then: str,
+    ) -> None:
+        """The database goes away at a chosen statement of a tick (the engine's statements made
+        for the coordinator's calls included), possibly a commit that applied but whose reply was
+        lost, for some ticks; the replica rides it out as ``run`` does, or dies during it."""
+        name = data.draw(st.sampled_from(self._up()))
+        self.outage.arm(after_statements=after_statements, reply_lost=reply_lost)
+        try:
+            for _ in range(ticks_down):
+                self.clock.advance(1.0)
+                try:
+                    self.replicas[name].tick()
+                except SQLAlchemyError as error:
+                    assert self.outage.down and is_transient(error), f"a tick failed: {error!r}"
+        finally:
+            hit = self.outage.down
+            self.outage.end()
+        statistic(f"database outage mid-tick: {'hit' if hit else 'missed'} the tick")
+        if then == "crashes":
+            self._crash(name, data, restart=True)
+
+    @precondition(lambda self: bool(self._up()))
+    @rule(data=st.data(), point=st.sampled_from(POINTS))
+    def a_replica_dies_at_a_crash_point(self, data: st.DataObject, point: str) -> None:
+        """``COORDINATOR_CRASH_AT=<point>``: the replica dies (engine included) there, if its
+        tick reaches it."""
+        name = data.draw(st.sampled_from(self._up()))
+
+        def crashpoint(at: str) -> None:
+            if at == point:
+                raise Crash(at)
+
+        self.clock.advance(1.0)
+        with mock.patch.object(coordinator_module, "crashpoint", crashpoint):
+            try:
+                self.replicas[name].tick()
+            except Crash:
+                statistic(f"crash point {point}: reached")
+                self._crash(name, data, restart=True)
+                return
+        statistic(f"crash point {point}: not reached")
+
+    @precondition(lambda self: bool(self._up()))
+    @rule(data=st.data(), then=st.sampled_from(["restarts", "stays-down", "stays-down-expired"]))
+    def a_replica_crashes(self, data: st.DataObject, then: str) -> None:
+        """SIGKILL between ticks: the coordinator and its engine die together, with the instances
+        its executors ran; it restarts at once, or stays down (its row still there, or expired)."""
+        up = self._up()
+        if then != "restarts" and len(up) < 2:
+            then = "restarts"  # one replica stays up
+        name = data.draw(st.sampled_from(up))
+        self._crash(name, data, restart=then == "restarts")
+        if then == "stays-down-expired":
+            self._expire(name)
+
+    @precondition(lambda self: bool(self._down()))
+    @rule(data=st.data())
+    def a_replica_restarts(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(self._down()))
+        self.replicas[name] = Replica(self, name)
+        self.expired.discard(name)
+
+    @precondition(lambda self: any(name not in self.expired for name in self._down()))
+    @rule(data=st.data())
+    def a_down_replicas_heartbeat_expires(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from([n for n in self._down() if n not in self.expired]))
+        self._expire(name)
+
+    @rule()
+    def pause_past_the_leases(self) -> None:
+        """Every coordinator stalls longer than a lease; whoever ticks next may take jobs over."""
+        self.clock.advance(65)
+
+    def _crash(self, name: str, data: st.DataObject | None, *, restart: bool) -> None:
+        """The replica dies with its engine; the instances its executors ran die too, after their
+        effects or before (``data`` chooses; ``None``: before)."""
+        replica = self.replicas.pop(name)
+        replica.die()
+        for instance in [i for i in self.running if i.host == name]:
+            self.running.remove(instance)
+            if data is not None and data.draw(st.booleans(), label=f"{instance.label} effects"):
+                self._effects(instance)
+        if data is not None:
+            statistic(f"replica crash: {'restarts' if restart else 'stays down'}")
+        if restart:
+            self.replicas[name] = Replica(self, name)
+
+    def _expire(self, name: str) -> None:
+        """A down replica's heartbeat row expires (deleted: the engines see its owner gone)."""
+        with self.engine.begin() as connection:
+            connection.execute(
+                delete(_instances).where(
+                    _instances.c.kind == COORDINATOR, _instances.c.name == name
+                )
+            )
+        self.expired.add(name)
+
+    # --- the engines' execution managers, played by the program -------------------------------
+
+    def _can_work(self) -> bool:
+        return bool(self.running) or any(r.has_work_queued for r in self.replicas.values())
+
+    @precondition(_can_work)
+    @rule(data=st.data(), actions=st.integers(min_value=1, max_value=4))
+    def execution_managers_work(self, data: st.DataObject, actions: int) -> None:
+        """A few actions of the engines' execution managers, one after the other."""
+        self._managers_act(data, actions, list(NAMES))
+
+    def _managers_act(self, data: st.DataObject, actions: int, hosts: list[str]) -> None:
+        """Actions of the execution managers of ``hosts``: a manager takes an instance to run
+        (``_next_assignment``), or an instance that runs ends (succeeds, fails, its executor
+        crashes before or after its effects, it is killed at its hard timeout after them) and its
+        manager reports it (``_report``), possibly while the database is away."""
+        for _ in range(actions):
+            queued = [n for n in hosts if n in self.replicas and self.replicas[n].has_work_queued]
+            running = [i for i in self.running if i.host in hosts]
+            if queued and (not running or data.draw(st.booleans(), label="take one")):
+                taken = self._take(data.draw(st.sampled_from(queued), label="manager of"))
+                statistic(f"an execution manager took {'an instance' if taken else 'nothing'}")
+            elif running:
+                instance = data.draw(st.sampled_from(running), label="instance")
+                self.running.remove(instance)
+                outcome = data.draw(OUTCOMES, label="outcome")
+                outage = data.draw(REPORT_OUTAGES, label="outage during the report")
+                statistic(f"instance of {self._task_kind(instance)}: {outcome}")
+                hit = self._end(instance, outcome, outage)
+                if outage is not None:
+                    statistic(f"database outage during a report: {'hit' if hit else 'missed'}")
+
+    def _take(self, name: str) -> Instance | None:
+        assignment = self.replicas[name].spider._next_assignment(0)
+        if assignment is None:
+            return None
+        request = assignment.request
+        row = self._engine_job(request.job_id)
+        assert row is not None, f"engine {name} runs job {request.job_id}, which has no row"
+        assert row.owner == self.replicas[name].spider.token, (
+            f"engine {name} hands out {request.task_id} of job {request.job_id}, owned by "
+            f"{self._owner_name(row.owner)}"
+        )
+        assert row.state in _UNFINISHED, (
+            f"engine {name} hands out task {request.task_id} of job {request.job_id}, which is "
+            f"{row.state} in the database"
+        )
+        instance = Instance(name, assignment)
+        self.running.append(instance)
+        return instance
+
+    def _end(self, instance: Instance, outcome: str, outage: tuple[int, bool, int] | None) -> bool:
+        """Play the end of ``instance``; whether the outage (if any) hit the report."""
+        replica = self.replicas[instance.host]
+        assignment, request = instance.assignment, instance.assignment.request
+        if outcome == "succeeds":
+            reply = self._effects(instance)
+        elif outcome == "fails":
+            reply = Reply(error=in_task_failure("clp-s exited with 1 (the model's failure)"))
+        elif outcome == "times-out-after-effects":
+            self._effects(instance)
+            replica.spider._instance_gone(request)
+            reply = Reply(error=hard_timeout_exceeded(assignment.hard_timeout_ms))
+        else:
+            if outcome == "crashes-after-effects":
+                self._effects(instance)
+            replica.spider._instance_gone(request)
+            reply = Reply(error=executor_crashed(None))
+        if outage is None:
+            replica.spider._report(assignment, reply)
+            return False
+        after_statements, reply_lost, attempts = outage
+        replica.waits.attempts_left = attempts
+        self.outage.arm(after_statements=after_statements, reply_lost=reply_lost)
+        failures = self.outage.failures
+        try:
+            replica.spider._report(assignment, reply)
+        finally:
+            hit = self.outage.failures > failures
+            self.outage.end()
+        return hit
+
+    def _effects(self, instance: Instance) -> Reply:
+        """What the task does, for real; the reply its executor would send."""
+        request = instance.assignment.request
+        assert request.package == CLP_PACKAGE
+        context = TaskContext(
+            job_id=request.job_id,
+            task_id=request.task_id,
+            instance_id=request.instance_id,
+            settings=self.worker_settings,
+            graph_outputs=tuple(request.graph_outputs),
+        )
+        try:
+            if request.task_func == COMMIT_FUNCTION:
+                return Reply(outputs=commit(context, request.inputs))
+            if request.task_func == CLEANUP:
+                return Reply(outputs=cleanup(context, request.inputs))
+        except TaskError as error:
+            return Reply(error=in_task_failure(str(error)))
+        assert request.task_func == COMPRESS, request.task_func
+        archive = store_archive(
+            self.engine,
+            self.config,
+            self.clock,
+            spider_job_id=request.job_id,
+            task_id=request.task_id,
+            instance_id=request.instance_id,
+        )
+        output = CompressionTaskOutput(dataset=DATASET, archives=[archive])
+        return Reply(outputs=[output.to_msgpack()])
+
+    @precondition(lambda self: bool(self._up()))
+    @rule(
+        data=st.data(),
+        kind=st.sampled_from(["lose_report", "duplicate", "cancelled"]),
+        task=st.sampled_from([None, 0, 1, "commit", "cleanup"]),
+    )
+    def an_engine_fault_is_injected(
+        self, data: st.DataObject, kind: FaultKind, task: int | str | None
+    ) -> None:
+        """The next matching instance of one engine loses its report (re-queued without using a
+        retry), gets a duplicate running at once, or sees a cancel arrive while it runs."""
+        name = data.draw(st.sampled_from(self._up()))
+        spiders = self._engine_job_ids()
+        job_id = data.draw(st.sampled_from([None, *spiders])) if spiders else None
+        self.replicas[name].spider.inject(Fault(kind, task=cast(Any, task), job_id=job_id))
+
+    @precondition(lambda self: bool(self._up()))
+    @rule(data=st.data())
+    def an_engine_sweeps(self, data: st.DataObject) -> None:
+        """The monitor's periodic sweep: adopt the jobs of owners that are gone, drop lost ones."""
+        self.replicas[data.draw(st.sampled_from(self._up()))].spider._sweep()
+
+    @precondition(lambda self: bool(self._up()))
+    @rule(data=st.data())
+    def an_engine_forgets_its_terminal_jobs(self, data: st.DataObject) -> None:
+        """The monitor's eviction of terminal jobs once their retention is over."""
+        spider = self.replicas[data.draw(st.sampled_from(self._up()))].spider
+        with spider._condition:
+            for job in list(spider._jobs.values()):
+                if job.state.is_terminal:
+                    del spider._jobs[job.id]
+
+    # --- invariants -----------------------------------------------------------------------------
+
+    def _engine_rows(self) -> list[Any]:
+        with self.engine.connect() as connection:
+            return list(
+                connection.execute(
+                    select(_engine_jobs.c.id, _engine_jobs.c.owner, _engine_jobs.c.state)
+                ).all()
+            )
+
+    def _engine_job(self, job_id: int) -> Any:
+        with self.engine.connect() as connection:
+            return connection.execute(
+                select(_engine_jobs.c.owner, _engine_jobs.c.state).where(
+                    _engine_jobs.c.id == job_id
+                )
+            ).first()
+
+    def _engine_job_ids(self) -> list[int]:
+        return sorted(row.id for row in self._engine_rows())
+
+    def _owner_name(self, token: str | None) -> str:
+        for name, replica in self.replicas.items():
+            if replica.spider.token == token:
+                return f"engine {name}"
+        return f"a gone engine ({token})"
+
+    def _task_kind(self, instance: Instance) -> str:
+        task = instance.assignment.request.task_id
+        return task if task in _TERMINATION_TASKS else "compress"
+
+    @invariant()
+    def one_engine_runs_a_spider_job(self) -> None:
+        """Every instance that runs belongs to a job that its host's engine owns."""
+        owners = {row.id: row.owner for row in self._engine_rows()}
+        hosts: dict[int, set[str]] = {}
+        for instance in self.running:
+            job_id = instance.assignment.request.job_id
+            hosts.setdefault(job_id, set()).add(instance.host)
+            token = self.replicas[instance.host].spider.token
+            assert owners.get(job_id) == token, (
+                f"instance {instance.label} runs, but its job is owned by "
+                f"{self._owner_name(owners.get(job_id))}"
+            )
+        shared = {job: names for job, names in hosts.items() if len(names) > 1}
+        assert not shared, f"Spider jobs run on several engines: {shared}"
+
+    # --- quiescence -------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Run everything to completion, then check what is left."""
+        for name in self._down():
+            if name not in self.expired:
+                self._expire(name)  # the replicas still down are gone for good
+        for _ in range(100):
+            while self.running:
+                self._end(self.running.pop(0), "succeeds", None)
+            for name in self._up():
+                while (instance := self._take(name)) is not None:
+                    self.running.remove(instance)
+                    self._end(instance, "succeeds", None)
+            for replica in self.replicas.values():
+                replica.spider._sweep()
+            self.clock.advance(40)
+            for replica in self.replicas.values():
+                replica.tick()
+            rows = self._rows()
+            if (
+                all(state_of(r.status, r.committed_at).is_terminal for r in rows)
+                and not any(r.coordinator.driven for r in self.replicas.values())
+                and not any(r.has_work_queued for r in self.replicas.values())
+            ):
+                break
+        # One more sweep, past its interval and grace, by each replica.
+        self.clock.advance(200)
+        for replica in self.replicas.values():
+            replica.tick()
+        rows = self._rows()
+        unfinished = [r.id for r in rows if not state_of(r.status, r.committed_at).is_terminal]
+        assert unfinished == [], f"jobs never ended: {unfinished}"
+        driven = {n: sorted(r.coordinator.driven) for n, r in self.replicas.items()}
+        assert not any(driven.values()), f"still driven: {driven}"
+        self.a_succeeded_job_never_changes()
+        self.a_job_that_ended_badly_keeps_nothing_published()
+        self.the_history_matches_the_status()
+        recorded = {r.spider_id for r in rows if r.spider_id is not None}
+        left = [
+            (row.id, row.state, self._owner_name(row.owner))
+            for row in self._engine_rows()
+            if row.state in _UNFINISHED and (row.state != "Ready" or row.id in recorded)
+        ]
+        assert left == [], f"engine jobs left unfinished: {left}"
+        self.check_archive_files_are_published()
+        # Every replica restarts: the unrecorded Ready jobs of their previous engines are
+        # cancelled, and nothing else is left to adopt.
+        for name in self._up():
+            self._crash(name, None, restart=True)
+        states = Counter(row.state for row in self._engine_rows())
+        assert not set(states) & _UNFINISHED, f"engine jobs after a restart: {dict(states)}"
+
+
+EngineModel.TestCase.settings = settings.get_profile(
+    "engine-long" if os.environ.get("COORDINATOR_MODEL_PROFILE") == "long" else "engine-ci"
+)
+TestEngineModel = EngineModel.TestCase
