@@ -49,12 +49,14 @@ import shutil
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import event as statistic
 from hypothesis import strategies as st
@@ -685,3 +687,90 @@ EngineModel.TestCase.settings = settings.get_profile(
     "engine-long" if os.environ.get("COORDINATOR_MODEL_PROFILE") == "long" else "engine-ci"
 )
 TestEngineModel = EngineModel.TestCase
+
+
+# --- what the model found, kept as explicit programs ---------------------------------------------
+
+
+def _run(program: Callable[[EngineModel], None]) -> None:
+    """Run ``program`` on a fresh model, then drain it and check quiescence (its teardown)."""
+    model = EngineModel()
+    try:
+        model.start(jobs=1)
+        program(model)
+    finally:
+        model.teardown()
+
+
+def _instance(model: EngineModel, host: str) -> Instance:
+    instance = model._take(host)
+    assert instance is not None
+    model.running.remove(instance)
+    return instance
+
+
+def test_a_report_whose_write_lost_its_reply_does_not_strand_the_job() -> None:
+    """The last compress task's success is recorded (Running → CommitReady) by a commit whose
+    reply is lost; the engine's retry then found the row no longer Running and dropped the job as
+    "no longer this engine's": it stayed CommitReady for good, owned by a live engine that ran
+    nothing (the model's first finding)."""
+
+    def program(model: EngineModel) -> None:
+        model.replicas["a"].tick()
+        first, last = _instance(model, "a"), _instance(model, "a")
+        model._end(first, "succeeds", None)
+        assert model._end(last, "succeeds", (2, True, 3))
+
+    _run(program)
+
+
+def _lose_the_reply(model: EngineModel, name: str, call: str) -> Any:
+    """Make the next ``call`` (``start_job``, ``cancel_job``) of engine ``name`` apply its write
+    and then see the database go away: its commit's reply is lost (BEGIN and UPDATE pass)."""
+    spider = model.replicas[name].spider
+    real = getattr(spider, call)
+
+    def lost(job_id: int) -> Any:
+        model.outage.arm(after_statements=2, reply_lost=True)
+        return real(job_id)
+
+    return mock.patch.object(spider, call, lost)
+
+
+@pytest.mark.parametrize("then", ["the engine sweeps", "the coordinator ticks"])
+def test_a_start_whose_reply_was_lost_does_not_strand_the_job(then: str) -> None:
+    """StartJob's write applied but its reply was lost: the tick fails (an outage), the row is
+    Running while memory still says Ready. Before, the engine's sweep dropped the job as "no longer
+    this engine's", and a StartJob of the next tick failed its compare-and-set and dropped it too:
+    Running for good, owned by a live engine that ran nothing."""
+
+    def program(model: EngineModel) -> None:
+        with _lose_the_reply(model, "a", "start_job"), pytest.raises(SQLAlchemyError):
+            model.replicas["a"].tick()
+        model.outage.end()
+        if then == "the engine sweeps":
+            model.replicas["a"].spider._sweep()
+        model.clock.advance(1.0)
+        model.replicas["a"].tick()
+
+    _run(program)
+
+
+def test_a_cancel_whose_reply_was_lost_does_not_strand_the_job() -> None:
+    """CancelJob's write (Running → CleanupReady) applied but its reply was lost: memory still
+    says Running and the engine hands out the compress tasks. Before, the last one's success found
+    the row CleanupReady, the job was dropped, and the cancel could never be delivered again (the
+    job is run by a live engine, which no longer knew it)."""
+
+    def program(model: EngineModel) -> None:
+        model.replicas["a"].tick()
+        cancel_job(model.store, model.jobs[0], "model")
+        model.clock.advance(1.0)
+        with _lose_the_reply(model, "a", "cancel_job"), pytest.raises(SQLAlchemyError):
+            model.replicas["a"].tick()
+        model.outage.end()
+        first, last = _instance(model, "a"), _instance(model, "a")
+        model._end(first, "succeeds", None)
+        model._end(last, "succeeds", None)
+
+    _run(program)

@@ -39,7 +39,11 @@ What it reproduces:
 * **Outages**: writes made for task reports are retried with a bounded back-off until they succeed
   (logged once, then summarised when the database is back); memory changes only after the write
   succeeded, and no thread dies of a database error. Calls made by the coordinator are not
-  retried: they raise the database's error with nothing changed.
+  retried: they raise the database's error with nothing changed, or, when the database went away
+  during the commit (its reply lost), with the write applied. Such a write is recognised: a retry
+  whose compare-and-set finds the row already ours in the new state counts as done, and a row of
+  this engine's in another unfinished state than memory knows (found by a write or the sweep) is
+  run from the row, as after a restart, instead of being dropped as if another engine had it.
 * **Job ids are never reused**, not even across a reset of the engine's tables or a database where
   CLP's Rust coordinator (or a Spider cluster since reset) already recorded Spider job ids: a new
   id is above the engine's own largest id *and* every Spider job id ``compression_jobs.spider_id``
@@ -816,7 +820,8 @@ class EmbeddedSpider:
     ) -> None:
         """Write the new state (guarded: still ours, still in the state memory knows), then change
         memory. ``retry``: wait out an outage (report paths), else raise its error (callers' paths).
-        Raises ``_JobLost`` when the guard fails, ``_Stopping`` when closed while waiting."""
+        Raises ``_JobLost`` when the guard fails (unless an earlier attempt of this write applied:
+        ``_written_before``), ``_Stopping`` when closed while waiting."""
         values: dict[str, object] = {"state": STATE_NAMES[state], "updated_at": utc_now()}
         if outputs is not None:
             values["outputs"] = encode_job_outputs(outputs)
@@ -831,12 +836,10 @@ class EmbeddedSpider:
             )
             .values(**values)
         )
-        if (
-            self._write(
-                statement, retry=retry, doing=f"recording job {job.id} {STATE_NAMES[state]}"
-            )
-            != 1
-        ):
+        written = self._write(
+            statement, retry=retry, doing=f"recording job {job.id} {STATE_NAMES[state]}"
+        )
+        if written != 1 and not self._written_before(job, state):
             raise _JobLost(job.id)
         job.state = state
         if state.is_terminal:
@@ -844,6 +847,40 @@ class EmbeddedSpider:
             _log.info(
                 "spider job %d: %s%s", job.id, STATE_NAMES[state], f" ({error})" if error else ""
             )
+
+    def _written_before(self, job: _Job, state: JobState) -> bool:
+        """Whether the row already holds ``state``, ours, although the guarded write of it matched
+        no row: an earlier attempt applied it and only its reply was lost (the database went away
+        during its commit), so the write is done. A row still ours and unfinished in a third state
+        is such a write of another move (a StartJob or CancelJob whose caller saw the error):
+        memory catches up with it (``_catch_up``) and the move is lost. Holds the condition;
+        raises the database's errors."""
+        with self._db.connect() as connection:
+            row = connection.execute(select(_jobs_table).where(_jobs_table.c.id == job.id)).first()
+        if row is None or row.owner != self.token:
+            return False
+        if row.state == STATE_NAMES[state]:
+            return True
+        self._catch_up(job, row)
+        return False
+
+    def _catch_up(self, job: _Job, row: Row[Any]) -> None:
+        """Memory knows ``job`` in another state than its row, which is still this engine's: a
+        write of this engine applied although its reply was lost. An unfinished job is run from its
+        row, as after a restart (``_adopt``: the compare-and-set keeps this engine the owner); a
+        terminal one is dropped (reads go to the row). Holds the condition; raises the database's
+        errors."""
+        if row.state not in _UNFINISHED:
+            self._drop(job)
+            return
+        _log.warning(
+            "spider job %d is %s in the database, %s in memory (a write whose reply was lost "
+            "applied); continuing from the database",
+            job.id,
+            row.state,
+            STATE_NAMES[job.state],
+        )
+        self._adopt(row)
 
     def _stored_state(self, job_id: int) -> JobState:
         with self._db.connect() as connection:
@@ -920,7 +957,8 @@ class EmbeddedSpider:
     # --- ownership ----------------------------------------------------------------------------
 
     def _sweep(self) -> None:
-        """Drop the jobs that are no longer ours; adopt those whose owner is gone."""
+        """Drop the jobs that are no longer ours, catch up with our own rows whose state memory
+        does not know (``_catch_up``); adopt the jobs whose owner is gone."""
         with self._condition:
             mine = {
                 job_id: (job, job.state)
@@ -942,8 +980,17 @@ class EmbeddedSpider:
                     row = stored.get(job_id)
                     if self._jobs.get(job_id) is not job or job.state is not state:
                         continue  # changed meanwhile (by this engine): looked at next time
-                    if row is None or row.owner != self.token or row.state != STATE_NAMES[state]:
+                    if row is None or row.owner != self.token:
                         self._drop(job)
+                    elif row.state != STATE_NAMES[state]:
+                        with self._db.connect() as connection:
+                            full = connection.execute(
+                                select(_jobs_table).where(_jobs_table.c.id == job_id)
+                            ).first()
+                        if full is None or full.owner != self.token:
+                            self._drop(job)
+                        else:
+                            self._catch_up(job, full)
         if self._closed:
             return
         for orphan in self._orphans():
