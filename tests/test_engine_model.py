@@ -774,3 +774,30 @@ def test_a_cancel_whose_reply_was_lost_does_not_strand_the_job() -> None:
         model._end(last, "succeeds", None)
 
     _run(program)
+
+
+def test_an_adoption_whose_reply_was_lost_does_not_strand_the_job() -> None:
+    """Replica b dies for good with its job Running on its engine; a takes the compression job
+    over and asks its engine about the Spider job, which adopts it: the compare-and-set of the
+    owner applied but its reply was lost. Before, the row was then a's while a's engine did not
+    know the job, and nothing ever looked at it again (the sweep adopts only other owners' jobs):
+    Running for good."""
+
+    def program(model: EngineModel) -> None:
+        model.replicas["b"].tick()  # b submits and starts the job on its engine
+        model._crash("b", None, restart=False)
+        model._expire("b")
+        model.clock.advance(65)
+        spider = model.replicas["a"].spider
+        real = spider._write
+
+        def write(statement: Any, *, retry: bool, doing: str) -> int:
+            if doing.startswith("adopting"):
+                model.outage.arm(after_statements=2, reply_lost=True)
+            return real(statement, retry=retry, doing=doing)
+
+        with mock.patch.object(spider, "_write", write), pytest.raises(SQLAlchemyError):
+            model.replicas["a"].tick()
+        model.outage.end()
+
+    _run(program)

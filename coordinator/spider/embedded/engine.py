@@ -42,8 +42,9 @@ What it reproduces:
   retried: they raise the database's error with nothing changed, or, when the database went away
   during the commit (its reply lost), with the write applied. Such a write is recognised: a retry
   whose compare-and-set finds the row already ours in the new state counts as done, and a row of
-  this engine's in another unfinished state than memory knows (found by a write or the sweep) is
-  run from the row, as after a restart, instead of being dropped as if another engine had it.
+  this engine's in another unfinished state than memory knows (found by a write or the sweep), or
+  one memory does not know at all (an adoption's, found by the sweep), is run from the row, as
+  after a restart, instead of being dropped as if another engine had it or left alone for good.
 * **Job ids are never reused**, not even across a reset of the engine's tables or a database where
   CLP's Rust coordinator (or a Spider cluster since reset) already recorded Spider job ids: a new
   id is above the engine's own largest id *and* every Spider job id ``compression_jobs.spider_id``
@@ -105,6 +106,7 @@ from sqlalchemy import (
     Engine,
     Row,
     Table,
+    and_,
     exists,
     func,
     insert,
@@ -472,8 +474,8 @@ class EmbeddedSpider:
             submission = decode_job_submission(compressed_task_graph, compressed_inputs)
         except InvalidTaskGraph as error:
             raise InvalidArgument(str(error)) from error
-        job_id = self._insert_job(resource_group_id, compressed_task_graph, compressed_inputs)
-        with self._condition:
+        with self._condition:  # the sweep never sees the row of ours without the job in memory
+            job_id = self._insert_job(resource_group_id, compressed_task_graph, compressed_inputs)
             self._jobs[job_id] = _build_job(
                 job_id, submission.task_graph, list(submission.inputs), JobState.READY
             )
@@ -864,23 +866,34 @@ class EmbeddedSpider:
         self._catch_up(job, row)
         return False
 
-    def _catch_up(self, job: _Job, row: Row[Any]) -> None:
-        """Memory knows ``job`` in another state than its row, which is still this engine's: a
-        write of this engine applied although its reply was lost. An unfinished job is run from its
-        row, as after a restart (``_adopt``: the compare-and-set keeps this engine the owner); a
-        terminal one is dropped (reads go to the row). Holds the condition; raises the database's
-        errors."""
+    def _catch_up(self, job: _Job | None, row: Row[Any]) -> None:
+        """Memory knows ``job`` in another state than its row, or does not know it (``None``),
+        although the row is this engine's: a write or an adoption of this engine applied although
+        its reply was lost. An unfinished job is run from its row, as after a restart (``_adopt``:
+        the compare-and-set keeps this engine the owner); a terminal one is dropped (reads go to
+        the row). Holds the condition; raises the database's errors."""
         if row.state not in _UNFINISHED:
-            self._drop(job)
+            if job is not None:
+                self._drop(job)
             return
         _log.warning(
             "spider job %d is %s in the database, %s in memory (a write whose reply was lost "
             "applied); continuing from the database",
-            job.id,
+            row.id,
             row.state,
-            STATE_NAMES[job.state],
+            "unknown" if job is None else STATE_NAMES[job.state],
         )
         self._adopt(row)
+
+    def _catch_up_with(self, job_id: int, job: _Job | None) -> None:
+        """``_catch_up`` with the row of ``job_id`` as it is now (dropping ``job`` when the row is
+        gone or another engine's). Holds the condition; raises the database's errors."""
+        with self._db.connect() as connection:
+            row = connection.execute(select(_jobs_table).where(_jobs_table.c.id == job_id)).first()
+        if row is not None and row.owner == self.token:
+            self._catch_up(job, row)
+        elif job is not None:
+            self._drop(job)
 
     def _stored_state(self, job_id: int) -> JobState:
         with self._db.connect() as connection:
@@ -957,40 +970,45 @@ class EmbeddedSpider:
     # --- ownership ----------------------------------------------------------------------------
 
     def _sweep(self) -> None:
-        """Drop the jobs that are no longer ours, catch up with our own rows whose state memory
-        does not know (``_catch_up``); adopt the jobs whose owner is gone."""
+        """Make memory agree with this engine's rows, then adopt the jobs whose owner is gone.
+
+        A job in memory whose row is gone or another engine's is dropped. A row of this engine's
+        in another state than memory knows, or unknown to memory, is one that a write or an
+        adoption of this engine changed although its reply was lost: it is caught up with
+        (``_catch_up``)."""
         with self._condition:
             mine = {
                 job_id: (job, job.state)
                 for job_id, job in self._jobs.items()
                 if not job.state.is_terminal
             }
-        if mine:
-            with self._db.connect() as connection:
-                stored = {
-                    row.id: row
-                    for row in connection.execute(
-                        select(_jobs_table.c.id, _jobs_table.c.owner, _jobs_table.c.state).where(
-                            _jobs_table.c.id.in_(list(mine))
+        with self._db.connect() as connection:
+            stored = {
+                row.id: row
+                for row in connection.execute(
+                    select(_jobs_table.c.id, _jobs_table.c.owner, _jobs_table.c.state).where(
+                        or_(
+                            _jobs_table.c.id.in_(list(mine)),
+                            and_(
+                                _jobs_table.c.owner == self.token,
+                                _jobs_table.c.state.in_(_UNFINISHED),
+                            ),
                         )
                     )
-                }
-            with self._condition:
-                for job_id, (job, state) in mine.items():
-                    row = stored.get(job_id)
-                    if self._jobs.get(job_id) is not job or job.state is not state:
-                        continue  # changed meanwhile (by this engine): looked at next time
-                    if row is None or row.owner != self.token:
-                        self._drop(job)
-                    elif row.state != STATE_NAMES[state]:
-                        with self._db.connect() as connection:
-                            full = connection.execute(
-                                select(_jobs_table).where(_jobs_table.c.id == job_id)
-                            ).first()
-                        if full is None or full.owner != self.token:
-                            self._drop(job)
-                        else:
-                            self._catch_up(job, full)
+                )
+            }
+        with self._condition:
+            for job_id, (job, state) in mine.items():
+                row = stored.get(job_id)
+                if self._jobs.get(job_id) is not job or job.state is not state:
+                    continue  # changed meanwhile (by this engine): looked at next time
+                if row is None or row.owner != self.token:
+                    self._drop(job)
+                elif row.state != STATE_NAMES[state]:
+                    self._catch_up_with(job_id, job)
+            for job_id in stored.keys() - mine.keys():
+                if job_id not in self._jobs and not self._closed:
+                    self._catch_up_with(job_id, None)
         if self._closed:
             return
         for orphan in self._orphans():
