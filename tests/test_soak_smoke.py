@@ -1,8 +1,7 @@
 """The kill-heavy replica soak (``bench/soak.py``) keeps working: its quick mode on MariaDB.
 
-Real ``coordinator run`` processes are SIGKILLed and restarted (one of them dies between RegisterJob
-and recording it); the soak exits 0 only when every job ended with no violation and no orphan at
-all (see the soak's docstring for what those are).
+Real ``coordinator run`` processes are SIGKILLed and restarted; the soak exits 0 only when every
+job ended with no violation and no orphan at all (see the soak's docstring for what those are).
 """
 
 from __future__ import annotations
@@ -32,9 +31,10 @@ def test_the_quick_soak_passes(tmp_path: Path, mariadb_url: str) -> None:
             "bench.soak",
             "--database",
             mariadb_url,
-            # Among the kills, one replica dies right after a RegisterJob (an interrupted
-            # registration), and the engines' grace before cancelling such a job is 5 s, which
-            # the soak waits out: no orphan of any kind is tolerated.
+            # A kill between RegisterJob and recording it leaves an interrupted registration (about
+            # once in 30 runs); the quick soak's engines cancel it after a 5 s grace, which the soak
+            # waits out: no orphan of any kind is tolerated. (`--crash-at-registration 1` forces
+            # one every run, for about 4 s more.)
             "--quick",
             "--data-dir",
             str(tmp_path / "soak"),
@@ -51,5 +51,4 @@ def test_the_quick_soak_passes(tmp_path: Path, mariadb_url: str) -> None:
     assert "SOAK RESULTS" in completed.stdout, output
     assert "violations" in completed.stdout and "orphans" in completed.stdout, output
     assert "soak: PASSED" in completed.stdout, output
-    assert re.search(r"^crashes after RegisterJob +1$", completed.stdout, re.MULTILINE), output
     assert re.search(r"^orphans +0$", completed.stdout, re.MULTILINE), output
