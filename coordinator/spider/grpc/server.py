@@ -22,9 +22,16 @@ plaintext, so that ``GrpcSpider`` (or Spider's own Rust client) can drive it ove
   carry the error's text, as Spider's carry ``error.to_string()`` (:124, :144, :282).
 * Unlike Spider's, this server never shuts itself down: where Spider's storage service meets a
   fatal internal error (grpc.rs:380-398), the embedded engine refuses with INTERNAL and carries on
-  (``coordinator.spider.embedded.engine``, the one deliberate difference).
-* Like Spider's (tonic's defaults, §7.5), the server refuses requests over 4 MiB
-  (RESOURCE_EXHAUSTED) and does not limit what it sends.
+  (``coordinator.spider.embedded.engine``; README, "Spider's answers", lists the differences).
+* Like Spider's (tonic's defaults, §7.5), the server refuses a request whose message is over
+  4 MiB and does not limit what it sends. The refusal is tonic's: OUT_OF_RANGE "Error, decoded
+  message length too large: found N bytes, the limit is: 4194304 bytes", N the request message's
+  protobuf length (``_limited``: grpcio itself is let receive up to ``RECEIVE_LIMIT_FACTOR`` times
+  the limit, and each method's deserializer refuses the excess). A request past that bound still
+  gets grpcio's own RESOURCE_EXHAUSTED: tonic refuses any size from the length prefix alone, while
+  grpcio reads a whole message before a method sees it, so an unbounded receive limit would let a
+  client make the server buffer any amount. No client of the coordinator's sends one (``GrpcSpider``
+  refuses a request over 4 MiB before sending it).
 
 Spider's internal services (§7.2) are not served: executors are the embedded engine's business.
 """
@@ -82,6 +89,61 @@ SPIDER_DETAILS: dict[grpc.StatusCode, str] = {
     grpc.StatusCode.INTERNAL: INTERNAL_ERROR,  # grpc.rs:420, default_error_handler
 }
 """The codes Spider's server answers with a fixed text whatever the error (module docstring)."""
+
+
+RECEIVE_LIMIT_FACTOR = 4
+"""grpcio receives requests up to this many times the limit, so that those between the limit and
+this bound get Spider's OUT_OF_RANGE (module docstring); larger ones get grpcio's refusal."""
+
+
+def too_large(found: int, limit: int) -> str:
+    """tonic's details for a request message of ``found`` bytes over ``limit`` (Spider's text,
+    ``tonic::codec::decode``, measured against Spider's storage binary)."""
+    return (
+        f"Error, decoded message length too large: found {found} bytes, the limit is: {limit} bytes"
+    )
+
+
+class _Oversized:
+    """What a limited deserializer yields for a request message over the limit."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def _limited(handler: Any, limit: int) -> Any:
+    """``handler`` (a unary-unary ``grpc.RpcMethodHandler``) refusing a request message over
+    ``limit`` bytes as tonic does: OUT_OF_RANGE with ``too_large``'s text, the servicer not called.
+    The size is the received message's (what the deserializer is given), not a re-encoding."""
+    deserialize = handler.request_deserializer
+    behave = handler.unary_unary
+
+    def request_deserializer(data: bytes) -> Any:
+        return _Oversized(len(data)) if len(data) > limit else deserialize(data)
+
+    def unary_unary(request: Any, context: Any) -> Any:
+        if isinstance(request, _Oversized):
+            _log.debug("request of %d bytes refused (over %d)", request.size, limit)
+            context.abort(grpc.StatusCode.OUT_OF_RANGE, too_large(request.size, limit))
+        return behave(request, context)
+
+    return handler._replace(request_deserializer=request_deserializer, unary_unary=unary_unary)
+
+
+class _Registrations:
+    """Stands in for the server when a generated ``add_…_to_server`` registers a service: keeps the
+    method handlers, to be wrapped (``_limited``) before the real server gets them."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, dict[str, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        """Ignored: built again from the wrapped handlers."""
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.services[service] = handlers
 
 
 def status_of(error: SpiderError) -> grpc.StatusCode:
@@ -258,20 +320,30 @@ def serve(
 ) -> SpiderServer:
     """Serve ``port`` on ``host:port_number`` (0: a free port, see ``SpiderServer.port``); started.
 
-    ``max_workers`` calls are handled at once (each holds a thread while the port works). Stop it
+    ``max_workers`` calls are handled at once (each holds a thread while the port works). A request
+    message over ``max_message_bytes`` is refused as Spider refuses it (module docstring). Stop it
     with ``stop(grace)``. Raises ``OSError`` when the address cannot be bound.
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="spider-grpc"),
         options=[
             ("grpc.so_reuseport", 0),  # a taken port is an error, not a shared one
-            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", RECEIVE_LIMIT_FACTOR * max_message_bytes),
         ],
     )
-    _stubs.add_JobOrchestrationServiceServicer_to_server(JobOrchestrationServicer(port), server)
-    _stubs.add_ResourceGroupManagementServiceServicer_to_server(
-        ResourceGroupManagementServicer(port), server
+    registrations = _Registrations()
+    _stubs.add_JobOrchestrationServiceServicer_to_server(
+        JobOrchestrationServicer(port), registrations
     )
+    _stubs.add_ResourceGroupManagementServiceServicer_to_server(
+        ResourceGroupManagementServicer(port), registrations
+    )
+    for service, handlers in registrations.services.items():
+        limited = {
+            method: _limited(handler, max_message_bytes) for method, handler in handlers.items()
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, limited),))
+        server.add_registered_method_handlers(service, limited)
     bracketed = f"[{host}]" if ":" in host and not host.startswith("[") else host
     try:
         bound = int(server.add_insecure_port(f"{bracketed}:{port_number}"))
