@@ -242,7 +242,7 @@ def _task(**changes: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("graph", "message"),
     [
-        (b"not zstd", "not zstd"),
+        (b"not zstd", "failed to decompress zstd bytes: Unknown frame descriptor"),
         (compress(b"[1]"), "invalid type: sequence, expected a map"),
         (_graph_with(extra=1), "unknown field"),
         (_graph_with(schema_version="0.2.0"), "incompatible task graph schema version"),

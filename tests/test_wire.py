@@ -12,13 +12,12 @@ a short count header and a payload that runs past the end, with the reasons belo
 
 from __future__ import annotations
 
-import re
 import struct
 
 import pytest
 import zstandard
 
-from coordinator.spider.task_graph import InvalidTaskGraph, decode_task_graph
+from coordinator.spider.task_graph import InvalidTaskGraph, decode_job_submission, decode_task_graph
 from coordinator.spider.wire import (
     MAX_DECOMPRESSED_BYTES,
     InvalidFrame,
@@ -29,6 +28,7 @@ from coordinator.spider.wire import (
     decode_zstd_frames,
     decompress,
 )
+from tests.engine_support import graph, task
 from tests.vectors import load_vector
 
 GRAPH_JSON = load_vector("task_graph.json")["task_graph_json_text"].encode()
@@ -80,9 +80,16 @@ def test_a_frame_reads_exactly_its_declared_payloads() -> None:
 )
 def test_spiders_reader_refuses_a_frame_that_ends_early(frame: bytes, reason: str) -> None:
     """W:275-279 (count header), W:285-290 (a length), W:293-297 (a payload's bytes), with
-    Spider's ``invalid wire format: …`` reason."""
-    with pytest.raises(InvalidFrame, match=f"^invalid wire format: {reason} "):
+    Spider's ``invalid wire format: …`` reason (``InvalidFrame.reason``: that alone, which
+    RegisterJob's refusal of such inputs carries, as Spider's does)."""
+    with pytest.raises(InvalidFrame, match=f"^invalid wire format: {reason} ") as error:
         decode_frame(frame)
+    assert error.value.reason == f"invalid wire format: {reason}"
+    with pytest.raises(InvalidTaskGraph) as refused:
+        decode_job_submission(graph(task("echo")).compressed(), _zstd(frame))
+    assert str(refused.value) == (
+        f"bad request: failed to deserialize the job inputs: invalid wire format: {reason}"
+    )
 
 
 # --- zstd: every frame (C:30, zstd::stream::decode_all) -----------------------------------------
@@ -129,15 +136,29 @@ def test_what_is_not_whole_zstd_frames_is_refused(data: bytes, reason: str) -> N
     """C:30: after a frame, the next bytes must start another (libzstd's ``Unknown frame
     descriptor``); input that ends inside a frame, or no input, is the zstd crate's ``incomplete
     frame`` (``zstd/src/stream/raw.rs``, ``Decoder::finish``). Spider's server answers
-    ``failed to decompress zstd bytes: <reason>``. Before, bytes after the first frame were
-    ignored, and a cut frame or an empty blob gave what it held."""
+    ``failed to decompress zstd bytes: <reason>``, the reason without this module's prefix
+    (``ZstdFramesError.reason``), and so do the task graph's and the job inputs' readers. Before,
+    bytes after the first frame were ignored, and a cut frame or an empty blob gave what it held."""
     with pytest.raises(ZstdFramesError) as error:
         decode_zstd_frames(data, 1024)
     assert str(error.value) == reason
+    spiders = error.value.reason
+    assert spiders in ("Unknown frame descriptor", "incomplete frame")
+    assert reason.endswith(spiders)
     with pytest.raises(InvalidFrame, match=f"^the job inputs is not zstd-compressed: {reason}$"):
         decompress(data, "the job inputs")
-    with pytest.raises(InvalidTaskGraph, match=re.escape(reason)):
+    with pytest.raises(InvalidTaskGraph) as graph_error:
         decode_task_graph(data)
+    assert str(graph_error.value) == (
+        "bad request: failed to deserialize the compressed task graph: "
+        f"`crate::compression::Error`: failed to decompress zstd bytes: {spiders}"
+    )
+    with pytest.raises(InvalidTaskGraph) as inputs_error:
+        decode_job_submission(graph(task("echo")).compressed(), data)
+    assert str(inputs_error.value) == (
+        "bad request: failed to deserialize the job inputs: "
+        f"failed to decompress zstd bytes: {spiders}"
+    )
 
 
 def test_output_past_the_limit_is_refused() -> None:

@@ -24,6 +24,7 @@ helpers at the bottom of this module, which follow them:
 
 from __future__ import annotations
 
+import unicodedata
 from enum import IntEnum
 from typing import Protocol
 
@@ -77,6 +78,35 @@ class ServerError(SpiderError):
 
 class ResourceGroupExists(ServerError):
     """ALREADY_EXISTS from ``add_resource_group``: the name is taken (its id cannot be read)."""
+
+    @classmethod
+    def named(cls, external_id: str) -> ResourceGroupExists:
+        """The error with Spider's text: ``resource group `"name"` already exists``, the name as
+        Rust's ``Debug`` of a ``str`` writes it (``rust_debug_str``; measured against Spider's
+        storage binary)."""
+        return cls(f"resource group `{rust_debug_str(external_id)}` already exists")
+
+
+_RUST_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
+
+
+def rust_debug_str(text: str) -> str:
+    """``format!("{text:?}")`` of a Rust ``str``: in double quotes, ``"`` and ``\\`` escaped,
+    ``\\n \\r \\t \\0``, and any other character that is not printable or extends a grapheme as
+    ``\\u{hex}``. Python's ``isprintable`` and the categories Mn/Me stand in for Rust's tables
+    (the same on the characters measured: controls, no-break and zero-width spaces, BOM, U+2028,
+    combining marks; a rare character may differ)."""
+    out = ['"']
+    for char in text:
+        escaped = _RUST_ESCAPES.get(char)
+        if escaped is not None:
+            out.append(escaped)
+        elif not char.isprintable() or unicodedata.category(char) in ("Mn", "Me"):
+            out.append(f"\\u{{{ord(char):x}}}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
 
 
 class SpiderPort(Protocol):
@@ -159,9 +189,7 @@ def cancel_if_safe(spider: SpiderPort, job_id: int, *, cleanup_task: bool = Fals
     ``ServerError`` when the job became terminal (or was cancelled by someone else) meanwhile.
     """
     state = spider.get_job_state(job_id)
-    cancellable = (
-        (JobState.RUNNING, JobState.COMMIT_READY) if cleanup_task else (JobState.READY,)
-    )
+    cancellable = (JobState.RUNNING, JobState.COMMIT_READY) if cleanup_task else (JobState.READY,)
     if state in cancellable:
         return spider.cancel_job(job_id)
     return state

@@ -246,6 +246,14 @@ def build_compression_job(
     return JobSubmission(graph, tuple(inputs))
 
 
+_GRAPH_REFUSED = "bad request: failed to deserialize the compressed task graph: "
+"""Spider's message for a graph it cannot read, then the error's type and text, as its
+``TaskGraph::from_zstd_compressed_json`` error displays them (measured against Spider's storage
+binary): ``crate::compression::Error`` for zstd, ``serde_json::Error`` for the JSON and every rule
+checked while deserializing. The zstd reason is libzstd's; serde_json's text and its ``at line L
+column C`` are this module's reading of serde_json's (positions may differ by a character)."""
+
+
 def decode_task_graph(compressed: bytes) -> TaskGraph:
     """Parse ``compressed_serialized_task_graph`` as Spider's server does (see "How Spider parses
     a graph" below).
@@ -256,7 +264,9 @@ def decode_task_graph(compressed: bytes) -> TaskGraph:
     try:
         text = decompress(compressed, "the task graph")
     except InvalidFrame as error:
-        raise InvalidTaskGraph(f"bad request: {error}") from error
+        raise InvalidTaskGraph(
+            f"{_GRAPH_REFUSED}`crate::compression::Error`: {error.reason}"
+        ) from error
     graph = _parse_graph(text)
     if not graph.tasks:
         raise InvalidTaskGraph("bad request: task graph must contain at least one task")
@@ -273,7 +283,9 @@ def decode_job_submission(compressed_graph: bytes, compressed_inputs: bytes) -> 
     try:
         inputs = decode_job_inputs(compressed_inputs)
     except InvalidFrame as error:
-        raise InvalidTaskGraph(f"bad request: {error}") from error
+        raise InvalidTaskGraph(
+            f"bad request: failed to deserialize the job inputs: {error.reason}"
+        ) from error
     if len(inputs) != graph.num_job_inputs:
         raise InvalidTaskGraph(
             f"bad request: task graph input size mismatch: expected {graph.num_job_inputs}, "
@@ -336,11 +348,23 @@ class _Reader:
         self.data = data
         self.pos = 0
         self.remaining_depth = _RECURSION_LIMIT
+        self.key_end = 0
+        """Where the last map key read ends: at the colon (whitespace after the key skipped)."""
 
     def error(self, message: str) -> _ParseError:
         line = self.data.count(b"\n", 0, self.pos) + 1
         column = self.pos - (self.data.rfind(b"\n", 0, self.pos) + 1)
         return _ParseError(f"{message} at line {line} column {column}")
+
+    def key_error(self, message: str) -> _ParseError:
+        """An error about the key just read (unknown, repeated): serde_json reports it at the
+        colon after the key (raised before the value is read; the map's end, looked for on the way
+        out, skips the whitespace before the position is fixed)."""
+        pos, self.pos = self.pos, self.key_end
+        try:
+            return self.error(message)
+        finally:
+            self.pos = pos
 
     def peek(self) -> int | None:
         """The next byte after whitespace (consumed), ``None`` at the end."""
@@ -432,6 +456,8 @@ class _Reader:
             if byte != _QUOTE:
                 raise self.error("key must be a string")
             key = self.string_here()
+            self.peek()
+            self.key_end = self.pos
             self.colon()
             yield key
 
@@ -457,6 +483,8 @@ class _Reader:
         try:
             text = raw.decode()
         except UnicodeDecodeError as error:
+            # serde_json reports it just past the first byte that is not UTF-8
+            self.pos = match.start(1) + error.start + 1
             raise self.error("invalid unicode code point") from error
         if b"\\" in raw:
             text = json.loads(f'"{text}"')
@@ -584,7 +612,7 @@ class _Struct:
             if spec is None:
                 reader.ignore()
             elif key in values:
-                raise reader.error(f"duplicate field `{key}`")
+                raise reader.key_error(f"duplicate field `{key}`")
             else:
                 values[key] = spec.decode(reader)
         reader.leave()
@@ -783,9 +811,7 @@ def _parse_graph(text: bytes) -> TaskGraph:
         graph = _read_graph(reader)
         reader.end()
     except _ParseError as error:
-        raise InvalidTaskGraph(
-            f"bad request: failed to deserialize the compressed task graph: {error}"
-        ) from error
+        raise InvalidTaskGraph(f"{_GRAPH_REFUSED}`serde_json::Error`: {error}") from error
     return graph
 
 
@@ -837,12 +863,12 @@ def _read_top_level(reader: _Reader) -> dict[str, Any]:
     for key in reader.map_keys():
         decode = _TOP_LEVEL.get(key)
         if decode is None:
-            raise reader.error(
+            raise reader.key_error(
                 f"unknown field `{key}`, expected one of `schema_version`, `tasks`, "
                 "`commit_task`, `cleanup_task`"
             )
         if key in values:
-            raise reader.error(f"duplicate field `{key}`")
+            raise reader.key_error(f"duplicate field `{key}`")
         # Spider defers an error inside ``tasks`` until after the version check (task_graph.rs:996);
         # the outcome is the same refusal, so it is raised at once here.
         values[key] = decode(reader)

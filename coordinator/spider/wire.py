@@ -35,7 +35,15 @@ _U32 = struct.Struct("<I")
 
 
 class InvalidFrame(ValueError):
-    """Bytes that are not a well-formed (or well-compressed) Spider wire frame."""
+    """Bytes that are not a well-formed (or well-compressed) Spider wire frame.
+
+    ``reason`` is Spider's own text for the fault (``invalid wire format: …`` of ``wire.rs``,
+    ``failed to decompress zstd bytes: …`` of ``compression.rs``), without the explanation this
+    message may add."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 def encode_frame(payloads: Sequence[bytes]) -> bytes:
@@ -56,25 +64,25 @@ def decode_frame(frame: bytes) -> list[bytes]:
     refused with Spider's reason; whatever follows the ``count``-th payload is never looked at.
     """
     if len(frame) < _U32.size:
-        raise InvalidFrame(
-            "invalid wire format: buffer too small for the payload count header "
-            f"(a frame needs at least 4 bytes, got {len(frame)})"
-        )
+        reason = "invalid wire format: buffer too small for the payload count header"
+        raise InvalidFrame(f"{reason} (a frame needs at least 4 bytes, got {len(frame)})", reason)
     (count,) = _U32.unpack_from(frame, 0)
     offset, payloads = _U32.size, []
     for index in range(count):
         if offset + _U32.size > len(frame):
+            reason = "invalid wire format: unexpected end of buffer reading payload length"
             raise InvalidFrame(
-                "invalid wire format: unexpected end of buffer reading payload length "
-                f"(frame truncated before the length of payload {index} of {count})"
+                f"{reason} (frame truncated before the length of payload {index} of {count})",
+                reason,
             )
         (length,) = _U32.unpack_from(frame, offset)
         offset += _U32.size
         if offset + length > len(frame):
+            reason = "invalid wire format: unexpected end of buffer reading payload data"
             raise InvalidFrame(
-                "invalid wire format: unexpected end of buffer reading payload data "
-                f"(frame truncated inside payload {index}: {length} bytes declared, "
-                f"{len(frame) - offset} left)"
+                f"{reason} (frame truncated inside payload {index}: {length} bytes declared, "
+                f"{len(frame) - offset} left)",
+                reason,
             )
         payloads.append(frame[offset : offset + length])
         offset += length
@@ -89,7 +97,14 @@ def compress(data: bytes) -> bytes:
 
 
 class ZstdFramesError(ValueError):
-    """Bytes ``zstd::stream::decode_all`` refuses (the message says why), or too much output."""
+    """Bytes ``zstd::stream::decode_all`` refuses (the message says why), or too much output.
+
+    ``reason`` is what the zstd crate's ``io::Error`` says (libzstd's error name, or ``incomplete
+    frame``), the message with this module's ``zstd decompress error: `` prefix."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 class ZstdOutputTooLarge(ZstdFramesError):
@@ -133,7 +148,7 @@ def decode_zstd_frames(data: bytes, limit: int) -> bytes:
                 # "zstd decompressor error: Unknown frame descriptor": libzstd's reason, which is
                 # what the zstd crate reports (zstd_safe::get_error_name).
                 reason = str(error).partition("error: ")[2] or str(error)
-                raise ZstdFramesError(f"zstd decompress error: {reason}") from error
+                raise ZstdFramesError(f"zstd decompress error: {reason}", reason) from error
             if len(output) > limit:
                 raise ZstdOutputTooLarge(f"inflates past {limit} bytes")
         position -= len(frame.unused_data)  # the next frame starts where this one ended
@@ -150,7 +165,10 @@ def decompress(data: bytes, what: str) -> bytes:
     try:
         return decode_zstd_frames(data, MAX_DECOMPRESSED_BYTES)
     except ZstdFramesError as error:
-        raise InvalidFrame(f"{what} is not zstd-compressed: {error}") from error
+        raise InvalidFrame(
+            f"{what} is not zstd-compressed: {error}",
+            f"failed to decompress zstd bytes: {error.reason}",
+        ) from error
 
 
 def encode_job_inputs(payloads: Sequence[bytes]) -> bytes:

@@ -417,7 +417,7 @@ class EmbeddedSpider:
                 select(_groups_table.c.id).where(_groups_table.c.external_id == external_id)
             ).first()
             if taken is not None:
-                raise ResourceGroupExists(f"resource group {external_id!r} already exists")
+                raise ResourceGroupExists.named(external_id)
             key = connection.execute(
                 insert(_groups_table).values(external_id=external_id, password=password)
             ).inserted_primary_key
