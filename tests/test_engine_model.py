@@ -683,10 +683,12 @@ class EngineModel(PublicationInvariants, RuleBasedStateMachine):
         assert not set(states) & _UNFINISHED, f"engine jobs after a restart: {dict(states)}"
 
 
-EngineModel.TestCase.settings = settings.get_profile(
-    "engine-long" if os.environ.get("COORDINATOR_MODEL_PROFILE") == "long" else "engine-ci"
-)
+LONG = os.environ.get("COORDINATOR_MODEL_PROFILE") == "long"
+EngineModel.TestCase.settings = settings.get_profile("engine-long" if LONG else "engine-ci")
 TestEngineModel = EngineModel.TestCase
+pytestmark = [pytest.mark.timeout(0)] if LONG else []
+"""The long profile runs for longer than the suite's per-test timeout (all programs are one test;
+a timeout in the middle of one would look like a flaky failure)."""
 
 
 # --- what the model found, kept as explicit programs ---------------------------------------------
