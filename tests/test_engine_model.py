@@ -37,7 +37,7 @@ thread), the unrecorded-registration grace is 0, soft timeouts never fire (no mo
 coordinators' clocks are the model's.
 
 Profiles (``COORDINATOR_MODEL_PROFILE``): ``ci`` (default; ``COORDINATOR_MODEL_EXAMPLES`` programs,
-25 unless set) and ``long`` (1,000 programs: ``COORDINATOR_MODEL_PROFILE=long .venv/bin/pytest
+20 unless set) and ``long`` (1,000 programs: ``COORDINATOR_MODEL_PROFILE=long .venv/bin/pytest
 tests/test_engine_model.py``).
 """
 
@@ -115,7 +115,7 @@ STALE_AFTER_SECS = 10 * 24 * 3600.0
 
 settings.register_profile(
     "engine-ci",
-    max_examples=int(os.environ.get("COORDINATOR_MODEL_EXAMPLES", "25")),
+    max_examples=int(os.environ.get("COORDINATOR_MODEL_EXAMPLES", "20")),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
