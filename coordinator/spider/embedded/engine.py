@@ -1039,14 +1039,7 @@ class EmbeddedSpider:
             if row.created_at > now - self._unrecorded_grace:
                 return True  # not adopted yet; cancelled once the grace is over
             cancelled = connection.execute(
-                update(_jobs_table)
-                .where(*_unchanged_since(row))
-                .values(
-                    state=STATE_NAMES[JobState.CANCELLED],
-                    owner=self.token,
-                    error_message=UNRECORDED_REGISTRATION,
-                    updated_at=now,
-                )
+                self._end_unadopted(row, JobState.CANCELLED, UNRECORDED_REGISTRATION, now)
             ).rowcount
         if cancelled == 1:
             _log.warning("spider job %d: %s; cancelled", row.id, UNRECORDED_REGISTRATION)
@@ -1163,19 +1156,23 @@ class EmbeddedSpider:
         """End the unfinished job of ``row`` Failed with ``message`` (compare-and-set, as
         adoption); raises the database's errors."""
         failed = self._write(
-            update(_jobs_table)
-            .where(*_unchanged_since(row))
-            .values(
-                state=STATE_NAMES[JobState.FAILED],
-                owner=self.token,
-                error_message=message,
-                updated_at=utc_now(),
-            ),
+            self._end_unadopted(row, JobState.FAILED, message, utc_now()),
             retry=False,
             doing=f"failing job {row.id}",
         )
         if failed == 1:
             _log.warning("spider job %d: Failed (%s)", row.id, message)
+
+    def _end_unadopted(self, row: Row[Any], state: JobState, message: str, now: Any) -> Update:
+        """The compare-and-set that ends a gone owner's job of ``row`` in ``state`` without running
+        it, this engine recorded as the one that ended it."""
+        return (
+            update(_jobs_table)
+            .where(*_unchanged_since(row))
+            .values(
+                state=STATE_NAMES[state], owner=self.token, error_message=message, updated_at=now
+            )
+        )
 
     def _drop(self, job: _Job) -> None:
         """Forget a job that is no longer this engine's (holds the condition)."""
