@@ -71,9 +71,19 @@ def record_commit(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
 
 
 def record_commit_slowly(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
-    """A commit that takes a moment, so that two instances surely overlap."""
-    time.sleep(0.5)
+    """A commit that waits (up to 30 s) until a second instance of it has started, so that two
+    instances surely overlap however slowly the machine starts the second."""
+    _record(ctx, event="commit-start")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _started(ctx, "commit-start") < 2:
+        time.sleep(0.02)
     return record_commit(ctx, inputs)
+
+
+def _started(ctx: TaskContext, event: str) -> int:
+    # Whole lines only: another instance may be appending one right now.
+    lines = journal(ctx).read_text(encoding="utf-8").split("\n")[:-1]
+    return sum(1 for line in lines if json.loads(line)["event"] == event)
 
 
 def record_cleanup(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
