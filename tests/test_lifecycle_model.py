@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import event as statistic
 from hypothesis import strategies as st
@@ -676,7 +677,9 @@ class CoordinatorModel(PublicationInvariants, RuleBasedStateMachine):
         self.check_archive_files_are_published()
 
 
-CoordinatorModel.TestCase.settings = settings.get_profile(
-    os.environ.get("COORDINATOR_MODEL_PROFILE", "ci")
-)
+PROFILE = os.environ.get("COORDINATOR_MODEL_PROFILE", "ci")
+CoordinatorModel.TestCase.settings = settings.get_profile(PROFILE)
 TestCoordinatorModel = CoordinatorModel.TestCase
+pytestmark = [pytest.mark.timeout(0)] if PROFILE == "long" else []
+"""The long profile runs for longer than the suite's per-test timeout (all programs are one test;
+a timeout in the middle of one would look like a flaky failure)."""
