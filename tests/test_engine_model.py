@@ -77,7 +77,7 @@ from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.lifecycle import state_of
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.crashpoints import POINTS
-from coordinator.service.ingest import put_files, submit_job
+from coordinator.service.ingest import put_files
 from coordinator.service.runtime import archive_output_of, worker_settings
 from coordinator.spider.embedded.engine import COMMIT, STATE_NAMES, EmbeddedSpider
 from coordinator.spider.embedded.faults import Fault, FaultKind
@@ -103,6 +103,7 @@ from tests.test_lifecycle_model import (
     DATASET,
     DatabaseOutage,
     ModelClock,
+    OperatorRules,
     PublicationInvariants,
     _template_database,
     store_archive,
@@ -234,8 +235,10 @@ class Replica:
         return bool(self.spider._regular_lane or self.spider._termination_lane)
 
 
-class EngineModel(PublicationInvariants, RuleBasedStateMachine):
+class EngineModel(PublicationInvariants, OperatorRules, RuleBasedStateMachine):
     """Two coordinator replicas, each with its embedded engine, up to ``MAX_JOBS`` jobs."""
+
+    max_jobs = MAX_JOBS
 
     def __init__(self) -> None:
         super().__init__()
@@ -283,28 +286,6 @@ class EngineModel(PublicationInvariants, RuleBasedStateMachine):
             task_database.task_engine(self.worker_settings).dispose()
             self.engine.dispose()
             shutil.rmtree(self.directory, ignore_errors=True)
-
-    # --- jobs and operators ---------------------------------------------------------------------
-
-    @precondition(lambda self: len(self.jobs) < MAX_JOBS)
-    @rule()
-    def submit(self) -> None:
-        self.jobs.append(
-            submit_job(
-                self.config,
-                self.engine,
-                bucket="logs",
-                prefix="ingest/",
-                dataset=DATASET,
-                timestamp_key="timestamp",
-            )
-        )
-
-    @precondition(lambda self: bool(self.jobs))
-    @rule(data=st.data())
-    def cancel(self, data: st.DataObject) -> None:
-        job_id = data.draw(st.sampled_from(self.jobs))
-        cancel_job(self.store, job_id, "model")
 
     # --- coordinators -----------------------------------------------------------------------------
 

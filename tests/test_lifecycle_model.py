@@ -445,7 +445,39 @@ class PublicationInvariants:
 # --- the model ---------------------------------------------------------------------------------
 
 
-class CoordinatorModel(PublicationInvariants, RuleBasedStateMachine):
+class OperatorRules:
+    """The rules of jobs and operators both models share: submit up to ``max_jobs``, cancel any.
+
+    Needs ``jobs``, ``config``, ``engine`` and ``store`` from the model."""
+
+    max_jobs = MAX_JOBS
+    jobs: list[int]
+    config: CoordinatorConfig
+    engine: Engine
+    store: JobStore
+
+    @precondition(lambda self: len(self.jobs) < self.max_jobs)
+    @rule()
+    def submit(self) -> None:
+        self.jobs.append(
+            submit_job(
+                self.config,
+                self.engine,
+                bucket="logs",
+                prefix="ingest/",
+                dataset=DATASET,
+                timestamp_key="timestamp",
+            )
+        )
+
+    @precondition(lambda self: bool(self.jobs))
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        job_id = data.draw(st.sampled_from(self.jobs))
+        cancel_job(self.store, job_id, "model")
+
+
+class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachine):
     """Two coordinator replicas, one Spider, up to ``MAX_JOBS`` jobs."""
 
     def __init__(self) -> None:
@@ -495,28 +527,6 @@ class CoordinatorModel(PublicationInvariants, RuleBasedStateMachine):
                     reconciler.join()
             self.engine.dispose()
             shutil.rmtree(self.directory, ignore_errors=True)
-
-    # --- jobs and operators ---------------------------------------------------------------------
-
-    @precondition(lambda self: len(self.jobs) < MAX_JOBS)
-    @rule()
-    def submit(self) -> None:
-        self.jobs.append(
-            submit_job(
-                self.config,
-                self.engine,
-                bucket="logs",
-                prefix="ingest/",
-                dataset=DATASET,
-                timestamp_key="timestamp",
-            )
-        )
-
-    @precondition(lambda self: bool(self.jobs))
-    @rule(data=st.data())
-    def cancel(self, data: st.DataObject) -> None:
-        job_id = data.draw(st.sampled_from(self.jobs))
-        cancel_job(self.store, job_id, "model")
 
     # --- coordinators -----------------------------------------------------------------------------
 
