@@ -51,8 +51,8 @@ Orphans: embedded-engine jobs (``spider_engine_jobs``) not terminal or recorded 
 job (those still Ready whose registrar was SIGKILLed or crashed are listed apart as interrupted
 registrations; none is tolerated); archive files that are not published; stored-archive records of
 Failed/Killed jobs, or not ``published`` records of Succeeded jobs; scratch directories of task
-instances (``coordinator.tasks.scratch``) left in the staging directory of a replica whose last
-process stopped cleanly (those of a replica SIGKILLed for good, the full soak's scale-down, are
+instances (``coordinator.engine.tasks.scratch``) left in the staging directory of a replica whose
+last process stopped cleanly (those of a replica SIGKILLed for good, the full soak's scale-down, are
 counted as information: no engine starts on its staging directory again). Duplicate executions: two
 instances of the same task of the same Spider job that both stored an archive (record ``stored`` or
 ``published``); those whose earlier instance ran in a replica process that was SIGKILLed (or
@@ -89,17 +89,17 @@ from sqlalchemy.engine import make_url
 from coordinator.cli.jobs import cancel_job
 from coordinator.cli.samples import json_log_lines
 from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.engine.embedded.engine import UNRECORDED_GRACE_SECS, UNRECORDED_REGISTRATION
+from coordinator.engine.tasks.scratch import SCRATCH_NAME
 from coordinator.lifecycle import JobStatus
 from coordinator.lifecycle.storage import state_of
+from coordinator.runtime import INSTANCE_STALE_AFTER_SECS, archive_output_of
 from coordinator.service.cleanup import settle_archives, terminal_jobs_with_stored_archives
 from coordinator.service.crashpoints import CRASH_ENV, CRASH_EXIT_STATUS
 from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import INSTANCE_STALE_AFTER_SECS, archive_output_of
-from coordinator.spider.embedded.engine import UNRECORDED_GRACE_SECS, UNRECORDED_REGISTRATION
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
-from coordinator.tasks.scratch import SCRATCH_NAME
 
 DATASET = "default"
 TERMINAL = (int(JobStatus.SUCCEEDED), int(JobStatus.FAILED), int(JobStatus.KILLED))

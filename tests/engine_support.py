@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy import Engine
 
 from coordinator.config.locations import PROJECT_ROOT
-from coordinator.spider.embedded.engine import EmbeddedSpider
+from coordinator.engine.embedded.engine import EmbeddedSpider
+from coordinator.engine.tasks.context import FsArchiveOutput, WorkerSettings
 from coordinator.spider.policy import ExecutionPolicy, TimeoutPolicy
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.spider.task_graph import (
@@ -24,7 +25,6 @@ from coordinator.spider.task_graph import (
     struct_value,
 )
 from coordinator.spider.wire import encode_job_inputs
-from coordinator.tasks.context import FsArchiveOutput, WorkerSettings
 
 TEST_PACKAGES = {"test": "tests.engine_tasks:package"}
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.tasks.context import TaskContext, TaskError
-from coordinator.tasks.registry import TaskPackage
+from coordinator.engine.tasks.context import TaskContext, TaskError
+from coordinator.engine.tasks.registry import TaskPackage
 
 
 def journal(ctx: TaskContext) -> Path:

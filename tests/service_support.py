@@ -16,19 +16,19 @@ from sqlalchemy import Engine, Table, delete, func, inspect, select, update
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import local_store_endpoint
+from coordinator.engine.embedded.engine import STATE_NAMES, EmbeddedSpider
+from coordinator.engine.grpc_server import serve
 from coordinator.job_config import (
     ClpIoConfig,
     S3ObjectMetadataInputConfig,
 )
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import Runtime, archive_output_of, open_runtime
 from coordinator.serde import pack
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import list_objects, output_config_of, put_files
 from coordinator.service.resource_group import lookup_by_name
-from coordinator.service.runtime import Runtime, archive_output_of, open_runtime
-from coordinator.spider.embedded.engine import STATE_NAMES, EmbeddedSpider
 from coordinator.spider.grpc.client import GrpcSpider
-from coordinator.spider.grpc.server import serve
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table
@@ -352,7 +352,7 @@ def set_status_behind_the_coordinator(engine: Engine, source: int, target: int, 
 
 TRANSPORTS = ("embedded", "grpc")
 """The coordinator talks to the engine in-process, or over Spider's gRPC protocol to the same
-engine served by ``coordinator.spider.grpc.server`` (what ``coordinator spider serve`` runs)."""
+engine served by ``coordinator.engine.grpc_server`` (what ``coordinator spider serve`` runs)."""
 
 
 @contextmanager

@@ -22,6 +22,16 @@ from sqlalchemy import Engine, insert, inspect, text
 
 from coordinator.cli.main import main
 from coordinator.config.loader import CoordinatorConfig
+from coordinator.engine.tasks.archive_storage import remove_archive, store_archive
+from coordinator.engine.tasks.commit import commit
+from coordinator.engine.tasks.compress import clp_s_s3_compress
+from coordinator.engine.tasks.context import (
+    FsArchiveOutput,
+    S3ArchiveOutput,
+    TaskContext,
+    TaskError,
+    WorkerSettings,
+)
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.service.cleanup import (
     log_reconciliation,
@@ -35,16 +45,6 @@ from coordinator.store.datasets import archives_table, ensure_dataset_tables
 from coordinator.store.jobs import JobStore
 from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives_of_job
 from coordinator.task_io import CompressionTaskOutput
-from coordinator.tasks.archive_storage import remove_archive, store_archive
-from coordinator.tasks.commit import commit
-from coordinator.tasks.compress import clp_s_s3_compress
-from coordinator.tasks.context import (
-    FsArchiveOutput,
-    S3ArchiveOutput,
-    TaskContext,
-    TaskError,
-    WorkerSettings,
-)
 from tests.paths import SPIDER_ID, new_job_in, request
 from tests.s3_server import s3_client, s3_endpoint
 from tests.sample_logs import write_json_logs
@@ -56,8 +56,8 @@ DATASET = "web_logs"
 
 KILLED_INSTANCE = """
 import os, signal
-from coordinator.tasks import compress
-from coordinator.tasks.context import TaskContext, WorkerSettings
+from coordinator.engine.tasks import compress
+from coordinator.engine.tasks.context import TaskContext, WorkerSettings
 
 moment = os.environ["KILL_MOMENT"]
 real_store = compress.store_archive
@@ -156,7 +156,7 @@ def test_clean_up_during_the_upload_makes_the_instance_remove_its_archive(
         settled.append(settle_archives(migrated_engine, job_id, settings.archive_output).removed)
         return store_archive(*arguments)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("coordinator.tasks.compress.store_archive", settle_then_store)
+    monkeypatch.setattr("coordinator.engine.tasks.compress.store_archive", settle_then_store)
     context = TaskContext(job_id=SPIDER_ID, task_id="0", instance_id=1, settings=settings)
 
     with pytest.raises(TaskError, match="claimed by the coordinator's clean-up"):

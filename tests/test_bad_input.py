@@ -34,10 +34,10 @@ from coordinator.config.loader import ConfigError, CoordinatorConfig
 from coordinator.config.locations import local_store_endpoint
 from coordinator.job_config import MAX_DECOMPRESSED_BYTES
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import Runtime, open_runtime
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import list_objects
 from coordinator.service.prepare import prepare
-from coordinator.service.runtime import Runtime, open_runtime
 from coordinator.spider.port import JobState
 from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
 from coordinator.store.jobs import job_state

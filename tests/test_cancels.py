@@ -22,11 +22,11 @@ import pytest
 from sqlalchemy import Table, delete, update
 
 from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.engine.embedded.faults import Fault
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import Runtime, cleanup_task_of
 from coordinator.service.coordinator import CANCELLED_AT_OUTCOME, UNPUBLISHED
 from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import Runtime, cleanup_task_of
-from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.port import JobState, ServerError, SpiderPort, Unavailable
 from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table, files_table

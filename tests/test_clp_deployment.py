@@ -38,8 +38,8 @@ from coordinator.job_config import (
     encode_clp_io_config,
 )
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import open_runtime
 from coordinator.service.ingest import output_config_of, submit_job
-from coordinator.service.runtime import open_runtime
 from coordinator.store.database import create_database_engine
 from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
 from coordinator.task_io import (

@@ -13,10 +13,11 @@ from sqlalchemy import Engine, select
 from yscope_clp_core import KqlQuery, search_archive
 
 from coordinator.config.locations import local_store_endpoint
+from coordinator.engine.embedded.engine import EmbeddedSpider
+from coordinator.engine.embedded.faults import Fault
+from coordinator.engine.embedded.protocol import in_task_failure
+from coordinator.engine.tasks.context import FsArchiveOutput, WorkerSettings
 from coordinator.lifecycle import Actor, JobStatus
-from coordinator.spider.embedded.engine import EmbeddedSpider
-from coordinator.spider.embedded.faults import Fault
-from coordinator.spider.embedded.protocol import in_task_failure
 from coordinator.spider.policy import commit_task_policy
 from coordinator.spider.port import JobState, start_if_ready
 from coordinator.spider.task_graph import build_compression_job
@@ -25,7 +26,6 @@ from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.stored_archives import stored_archives
 from coordinator.task_io import ClpSCompressionOption, DefaultAuthentication, S3InputSource
-from coordinator.tasks.context import FsArchiveOutput, WorkerSettings
 from tests.engine_support import wait_for
 from tests.sample_logs import write_json_logs
 

@@ -30,8 +30,8 @@ from sqlalchemy import Connection, Engine, text
 from coordinator.config.clp import PollingBackoff
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.lifecycle import Actor, CommittedStorage, JobStatus
+from coordinator.runtime import open_runtime, worker_settings
 from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import open_runtime, worker_settings
 from coordinator.store.archives import publish_archives
 from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore, job_state

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select, text
 
+from coordinator.engine.tasks.commit import commit
+from coordinator.engine.tasks.context import FsArchiveOutput, TaskContext, TaskError, WorkerSettings
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.store.archives import withdraw_archives
 from coordinator.store.clock import utc_now
@@ -20,8 +22,6 @@ from coordinator.store.stored_archives import (
     stored_archives_of_job,
 )
 from coordinator.task_io import ArchiveMetadata, CompressionTaskOutput
-from coordinator.tasks.commit import commit
-from coordinator.tasks.context import FsArchiveOutput, TaskContext, TaskError, WorkerSettings
 from tests.paths import SPIDER_ID, new_job_in
 
 

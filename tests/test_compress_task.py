@@ -22,6 +22,16 @@ from sqlalchemy import Engine
 from yscope_clp_core import KqlQuery, open_archive, search_archive
 
 from coordinator.config.locations import local_store_endpoint
+from coordinator.engine.tasks.archive_storage import archive_key, remove_archive, store_archive
+from coordinator.engine.tasks.compress import _clp_s_binary, _stderr_summary, clp_s_s3_compress
+from coordinator.engine.tasks.context import (
+    FsArchiveOutput,
+    S3ArchiveOutput,
+    TaskContext,
+    TaskError,
+    WorkerSettings,
+)
+from coordinator.engine.tasks.s3_urls import s3_object_url
 from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives
 from coordinator.task_io import (
     ArchiveMetadata,
@@ -34,16 +44,6 @@ from coordinator.task_io import (
     S3InputSource,
     encode_dataset,
 )
-from coordinator.tasks.archive_storage import archive_key, remove_archive, store_archive
-from coordinator.tasks.compress import _clp_s_binary, _stderr_summary, clp_s_s3_compress
-from coordinator.tasks.context import (
-    FsArchiveOutput,
-    S3ArchiveOutput,
-    TaskContext,
-    TaskError,
-    WorkerSettings,
-)
-from coordinator.tasks.s3_urls import s3_object_url
 from tests.s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, s3_endpoint
 from tests.sample_logs import ERROR_EVERY, START_MS, STEP_MS, json_log_lines, write_json_logs
 
@@ -250,7 +250,7 @@ def test_a_failure_after_storing_removes_every_stored_archive_and_record(
         calls.append(location)
         return location
 
-    monkeypatch.setattr("coordinator.tasks.compress.store_archive", store_then_fail)
+    monkeypatch.setattr("coordinator.engine.tasks.compress.store_archive", store_then_fail)
 
     with pytest.raises(TaskError, match="injected"):
         run_task(

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, delete, select, text
 
-from coordinator.spider.embedded.engine import EmbeddedSpider
-from coordinator.spider.embedded.faults import Fault
-from coordinator.spider.embedded.protocol import in_task_failure
+from coordinator.engine.embedded.engine import EmbeddedSpider
+from coordinator.engine.embedded.faults import Fault
+from coordinator.engine.embedded.protocol import in_task_failure
 from coordinator.spider.port import (
     InvalidArgument,
     InvalidJobState,

@@ -2,7 +2,7 @@
 
 The companion of ``test_lifecycle_model.py``, whose Spider is simulated: here every coordinator
 replica hosts a real ``EmbeddedSpider`` on the shared SQLite database, as the embedded default
-does (``coordinator.service.runtime``: one engine per replica, its jobs owned by the replica's
+does (``coordinator.runtime``: one engine per replica, its jobs owned by the replica's
 presence token), but no thread runs it. The program plays the execution managers: it pulls
 assignments (``_next_assignment``), decides which instance runs when and how it ends (succeeds,
 fails and uses a retry, its executor crashes before or after the task's effects, it is killed at
@@ -12,8 +12,8 @@ runs) and runs the engine's sweep (adoption of the jobs of owners that are gone)
 
 Task effects are the real ones: a compress instance stores an archive file and records it (as the
 SimSpider model's do) and returns real ``CompressionTaskOutput`` bytes, which the engine hands to
-the commit instance, which runs the real commit task function (``coordinator.tasks.commit``); the
-cleanup instance runs the real cleanup task.
+the commit instance, which runs the real commit task function (``coordinator.engine.tasks.commit``);
+the cleanup instance runs the real cleanup task.
 
 Replicas die with their engine: a crash at a crash point of a tick, in the middle of a database
 outage, or between ticks (with the instances they were running, whose effects may have happened);
@@ -74,31 +74,31 @@ import coordinator.service.coordinator as coordinator_module
 import coordinator.store.instances as instances_module
 from coordinator.cli.jobs import cancel_job
 from coordinator.config.loader import CoordinatorConfig, load_config
-from coordinator.lifecycle import state_of
-from coordinator.service.coordinator import Coordinator
-from coordinator.service.crashpoints import POINTS
-from coordinator.service.ingest import put_files
-from coordinator.service.runtime import archive_output_of, worker_settings
-from coordinator.spider.embedded.engine import COMMIT, STATE_NAMES, EmbeddedSpider
-from coordinator.spider.embedded.faults import Fault, FaultKind
-from coordinator.spider.embedded.manager import Assignment
-from coordinator.spider.embedded.protocol import (
+from coordinator.engine.embedded.engine import COMMIT, STATE_NAMES, EmbeddedSpider
+from coordinator.engine.embedded.faults import Fault, FaultKind
+from coordinator.engine.embedded.manager import Assignment
+from coordinator.engine.embedded.protocol import (
     Reply,
     executor_crashed,
     hard_timeout_exceeded,
     in_task_failure,
 )
+from coordinator.engine.tasks import database as task_database
+from coordinator.engine.tasks.cleanup import cleanup
+from coordinator.engine.tasks.commit import commit
+from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
+from coordinator.engine.tasks.registry import CLEANUP, CLP_PACKAGE, COMPRESS
+from coordinator.engine.tasks.registry import COMMIT as COMMIT_FUNCTION
+from coordinator.lifecycle import state_of
+from coordinator.runtime import archive_output_of, worker_settings
+from coordinator.service.coordinator import Coordinator
+from coordinator.service.crashpoints import POINTS
+from coordinator.service.ingest import put_files
 from coordinator.store.database import create_database_engine, is_transient
 from coordinator.store.instances import COORDINATOR, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CoordinatorInstance, EngineJob
 from coordinator.task_io import CompressionTaskOutput
-from coordinator.tasks import database as task_database
-from coordinator.tasks.cleanup import cleanup
-from coordinator.tasks.commit import commit
-from coordinator.tasks.context import TaskContext, TaskError, WorkerSettings
-from coordinator.tasks.registry import CLEANUP, CLP_PACKAGE, COMPRESS
-from coordinator.tasks.registry import COMMIT as COMMIT_FUNCTION
 from tests.test_lifecycle_model import (
     DATASET,
     DatabaseOutage,

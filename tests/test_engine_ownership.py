@@ -22,9 +22,9 @@ from sqlalchemy import Engine, select, update
 
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import PROJECT_ROOT
+from coordinator.engine.embedded.engine import UNDECODABLE_STORED_JOB, EmbeddedSpider
 from coordinator.lifecycle import Actor, JobStatus
-from coordinator.service.runtime import embedded_spider, open_engine, open_runtime
-from coordinator.spider.embedded.engine import UNDECODABLE_STORED_JOB, EmbeddedSpider
+from coordinator.runtime import embedded_spider, open_engine, open_runtime
 from coordinator.spider.port import JobState, start_if_ready
 from coordinator.store.guarded import Applied
 from coordinator.store.instances import ENGINE, Presence
@@ -120,7 +120,7 @@ def test_a_dead_engines_job_is_adopted_by_a_running_engine(
 _HOST = textwrap.dedent(
     """
     import sys, time
-    from coordinator.spider.embedded.engine import EmbeddedSpider
+    from coordinator.engine.embedded.engine import EmbeddedSpider
     from coordinator.spider.port import start_if_ready
     from coordinator.store.database import create_database_engine
     from tests.engine_support import graph, settings, submit, task, TEST_PACKAGES

@@ -19,9 +19,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import archive_output_of, open_runtime
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import archive_output_of, open_runtime
 from coordinator.store.database import create_database_engine, is_transient
 from coordinator.store.jobs import job_state
 from tests.service_support import SpiderProxy, job_row, put_logs, run_until_idle, triggers

@@ -52,10 +52,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.cli.jobs import cancel_job
 from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.engine.tasks.commit import archive_storage_directory
 from coordinator.lifecycle import JobStatus, state_of
+from coordinator.runtime import archive_output_of
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import put_files, submit_job
-from coordinator.service.runtime import archive_output_of
 from coordinator.spider.port import (
     InvalidJobState,
     JobNotFound,
@@ -72,7 +73,6 @@ from coordinator.store.jobs import JobStore, SpiderJobUnmatched, in_flight_job_o
 from coordinator.store.schema import CompressionJob, JobTransition, StoredArchive
 from coordinator.store.stored_archives import StoredArchiveRecord, record_stored_archive
 from coordinator.task_io import ArchiveMetadata
-from coordinator.tasks.commit import archive_storage_directory
 
 DATASET = "web"
 MAX_JOBS = 5

@@ -19,10 +19,10 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from coordinator.config.loader import load_config
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import archive_output_of
 from coordinator.service.coordinator import Coordinator, DrivenJob
 from coordinator.service.ingest import put_files, submit_job
 from coordinator.service.outage import Outage
-from coordinator.service.runtime import archive_output_of
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine

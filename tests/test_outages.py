@@ -36,8 +36,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from coordinator.config.loader import load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV, PROJECT_ROOT
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import open_engine
 from coordinator.service.ingest import put_files, submit_job
-from coordinator.service.runtime import open_engine
 from coordinator.spider.port import JobState, start_if_ready
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine

@@ -6,7 +6,7 @@ executor processes lived on for as long as the task did, holding database connec
 executor asks the kernel for SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``) and
 watches its parent pid besides. The killed instance's scratch directory (where clp-s writes) was
 left for ever; now the next engine on that staging directory removes it when it starts, while a
-live instance's directory survives any sweep (``coordinator.tasks.scratch``).
+live instance's directory survives any sweep (``coordinator.engine.tasks.scratch``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import pytest
 
 from coordinator.config.loader import load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV, PROJECT_ROOT
+from coordinator.runtime import open_engine
 from coordinator.service.ingest import put_files, submit_job
-from coordinator.service.runtime import open_engine
 from tests.processes import children, is_running
 from tests.sample_logs import write_json_logs
 
@@ -160,7 +160,7 @@ def test_a_sigkilled_coordinators_scratch_directory_is_removed_and_a_live_one_is
                     sys.executable,
                     "-c",
                     "import sys; from pathlib import Path; "
-                    "from coordinator.tasks.scratch import sweep_scratch; "
+                    "from coordinator.engine.tasks.scratch import sweep_scratch; "
                     "print(len(sweep_scratch(Path(sys.argv[1]))))",
                     str(staging),
                 ],

@@ -15,17 +15,17 @@ import pytest
 from sqlalchemy import Engine, select, update
 
 from coordinator.config.loader import ConfigError, CoordinatorConfig, load_config
+from coordinator.engine.embedded.engine import EmbeddedSpider
+from coordinator.engine.embedded.faults import Fault
 from coordinator.lifecycle import JobStatus
-from coordinator.service.coordinator import Coordinator
-from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import (
+from coordinator.runtime import (
     archive_output_of,
     open_engine,
     open_runtime,
     worker_settings,
 )
-from coordinator.spider.embedded.engine import EmbeddedSpider
-from coordinator.spider.embedded.faults import Fault
+from coordinator.service.coordinator import Coordinator
+from coordinator.service.ingest import submit_job
 from coordinator.spider.port import JobState
 from coordinator.store.database import create_database_engine
 from coordinator.store.instances import COORDINATOR, Presence

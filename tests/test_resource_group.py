@@ -16,13 +16,13 @@ import pytest
 from sqlalchemy import Engine, delete, func, select, text
 
 from coordinator.config.loader import CoordinatorConfig
+from coordinator.engine.embedded.engine import EmbeddedSpider
+from coordinator.engine.grpc_server import serve
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import open_runtime
 from coordinator.service.ingest import submit_job
 from coordinator.service.resource_group import ResourceGroup, ResourceGroupUnavailable
-from coordinator.service.runtime import open_runtime
-from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.spider.grpc.client import GrpcSpider
-from coordinator.spider.grpc.server import serve
 from coordinator.store.schema import EngineResourceGroup, SpiderResourceGroup
 from tests.engine_support import running_engine
 from tests.service_support import SpiderProxy, job_row, put_logs, run_until_idle

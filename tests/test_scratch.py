@@ -1,8 +1,8 @@
 """Scratch directories of killed task instances are removed, and only theirs (issue 10).
 
 Real processes hold the directories: a sweep tells a dead instance's directory from a live one's
-by the lock the live process holds (``coordinator.tasks.scratch``). The engine test runs the real
-compress task with a stand-in clp-s that hangs, so the engine kills one instance at its hard
+by the lock the live process holds (``coordinator.engine.tasks.scratch``). The engine test runs the
+real compress task with a stand-in clp-s that hangs, so the engine kills one instance at its hard
 timeout while a duplicate of the same task still runs.
 """
 
@@ -24,22 +24,22 @@ from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from coordinator.config.locations import PROJECT_ROOT, local_store_endpoint
-from coordinator.spider.embedded.engine import EmbeddedSpider
-from coordinator.spider.policy import ExecutionPolicy, TimeoutPolicy, commit_task_policy
-from coordinator.spider.port import JobState
-from coordinator.spider.task_graph import build_compression_job
-from coordinator.store import migrate
-from coordinator.store.database import create_database_engine
-from coordinator.task_io import ClpSCompressionOption, DefaultAuthentication, S3InputSource
-from coordinator.tasks import scratch
-from coordinator.tasks.context import FsArchiveOutput, WorkerSettings
-from coordinator.tasks.scratch import (
+from coordinator.engine.embedded.engine import EmbeddedSpider
+from coordinator.engine.tasks import scratch
+from coordinator.engine.tasks.context import FsArchiveOutput, WorkerSettings
+from coordinator.engine.tasks.scratch import (
     SCRATCH_NAME,
     create_scratch,
     remove_scratch,
     scratch_prefix,
     sweep_scratch,
 )
+from coordinator.spider.policy import ExecutionPolicy, TimeoutPolicy, commit_task_policy
+from coordinator.spider.port import JobState
+from coordinator.spider.task_graph import build_compression_job
+from coordinator.store import migrate
+from coordinator.store.database import create_database_engine
+from coordinator.task_io import ClpSCompressionOption, DefaultAuthentication, S3InputSource
 from tests.engine_support import wait_for
 from tests.processes import is_running
 from tests.sample_logs import write_json_logs
@@ -47,7 +47,7 @@ from tests.sample_logs import write_json_logs
 HOLDER = """
 import os, sys, time
 from pathlib import Path
-from coordinator.tasks.scratch import create_scratch
+from coordinator.engine.tasks.scratch import create_scratch
 path = create_scratch(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
 (path / "partial-archive").write_bytes(b"x" * 4096)
 print(path, flush=True)

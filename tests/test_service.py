@@ -22,6 +22,7 @@ from yscope_clp_core import KqlQuery, search_archive
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.config.loader import CoordinatorConfig, database_url, load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
+from coordinator.engine.embedded.faults import Fault
 from coordinator.job_config import (
     OutputConfig,
     UndecodableJobConfig,
@@ -29,9 +30,8 @@ from coordinator.job_config import (
     peek_input_type,
 )
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import Runtime
 from coordinator.service.ingest import submit_job
-from coordinator.service.runtime import Runtime
-from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.port import InvalidArgument, JobState, SpiderPort, Unavailable
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import job_state

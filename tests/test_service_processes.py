@@ -19,12 +19,12 @@ import pytest
 from sqlalchemy import Engine, func, select, text
 
 from coordinator.config.loader import load_config
+from coordinator.engine.embedded.engine import EmbeddedSpider
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import archive_output_of, open_engine, worker_settings
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.crashpoints import CRASH_ENV, CRASH_EXIT_STATUS, POINTS
 from coordinator.service.ingest import put_files, submit_job
-from coordinator.service.runtime import archive_output_of, open_engine, worker_settings
-from coordinator.spider.embedded.engine import EmbeddedSpider
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import EngineJob, JobTransition

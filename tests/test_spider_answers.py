@@ -28,12 +28,12 @@ import grpc
 import pytest
 from sqlalchemy import Engine
 
-from coordinator.spider.embedded.engine import EmbeddedSpider
-from coordinator.spider.embedded.faults import Fault
-from coordinator.spider.embedded.protocol import in_task_failure
+from coordinator.engine.embedded.engine import EmbeddedSpider
+from coordinator.engine.embedded.faults import Fault
+from coordinator.engine.embedded.protocol import in_task_failure
+from coordinator.engine.grpc_server import serve
 from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.spider.grpc.generated.storage import storage_pb2, storage_pb2_grpc
-from coordinator.spider.grpc.server import serve
 from coordinator.spider.port import (
     InvalidJobState,
     JobNotFound,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from coordinator.engine.tasks.context import FsArchiveOutput
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.service.cleanup import settle_archives, settle_unattributed_archives
 from coordinator.store.archives import publish_archives, published_archives_of_job
@@ -23,7 +24,6 @@ from coordinator.store.stored_archives import (
     stored_archives,
 )
 from coordinator.task_io import ArchiveMetadata
-from coordinator.tasks.context import FsArchiveOutput
 from tests.paths import SPIDER_ID, new_job_in, request
 
 

@@ -44,15 +44,15 @@ from coordinator.cli.main import main
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.config.loader import load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
+from coordinator.engine.embedded.engine import EmbeddedSpider
+from coordinator.engine.embedded.faults import Fault
+from coordinator.engine.grpc_server import serve
 from coordinator.lifecycle import JobStatus
+from coordinator.runtime import open_runtime
 from coordinator.service.coordinator import CANCELLED_AT_OUTCOME, SPIDER_CANCELLED
 from coordinator.service.prepare import prepare
 from coordinator.service.resource_group import ResourceGroup
-from coordinator.service.runtime import open_runtime
-from coordinator.spider.embedded.engine import EmbeddedSpider
-from coordinator.spider.embedded.faults import Fault
 from coordinator.spider.grpc.client import MAX_MESSAGE_BYTES, GrpcSpider
-from coordinator.spider.grpc.server import serve
 from coordinator.spider.port import (
     InvalidArgument,
     InvalidJobState,

@@ -28,24 +28,24 @@ from moto import settings as moto_settings
 from sqlalchemy import Engine
 
 from coordinator.config.loader import CoordinatorConfig
-from coordinator.lifecycle import JobStatus
-from coordinator.service.ingest import submit_job
-from coordinator.store.jobs import job_state
-from coordinator.task_io import AwsCredentials, CredentialsAuthentication
-from coordinator.tasks.archive_storage import (
+from coordinator.engine.tasks.archive_storage import (
     S3_ATTEMPTS,
     describe_os_error,
     remove_archive,
     store_archive,
 )
-from coordinator.tasks.compress import clp_s_s3_compress
-from coordinator.tasks.context import (
+from coordinator.engine.tasks.compress import clp_s_s3_compress
+from coordinator.engine.tasks.context import (
     FsArchiveOutput,
     S3ArchiveOutput,
     TaskContext,
     TaskError,
     WorkerSettings,
 )
+from coordinator.lifecycle import JobStatus
+from coordinator.service.ingest import submit_job
+from coordinator.store.jobs import job_state
+from coordinator.task_io import AwsCredentials, CredentialsAuthentication
 from tests.s3_server import s3_client, s3_endpoint
 from tests.sample_logs import write_json_logs
 from tests.service_support import (
@@ -265,7 +265,7 @@ def test_an_upload_to_a_missing_bucket_says_the_bucket_does_not_exist(
         bucket=bucket, key_prefix="", endpoint_url=s3_endpoint, aws_authentication=INPUT_CREDENTIALS
     )
     with (
-        caplog.at_level(logging.WARNING, logger="coordinator.tasks.archive_storage"),
+        caplog.at_level(logging.WARNING, logger="coordinator.engine.tasks.archive_storage"),
         pytest.raises(TaskError) as raised,
     ):
         store_archive(output, staged_file(tmp_path), "ds", "archive-3")
@@ -353,7 +353,7 @@ def test_an_upload_during_a_short_outage_is_retried_and_succeeds(
     bucket = new_bucket(client)
     output = _output(bucket, late_s3(1.0))
 
-    with caplog.at_level(logging.WARNING, logger="coordinator.tasks.archive_storage"):
+    with caplog.at_level(logging.WARNING, logger="coordinator.engine.tasks.archive_storage"):
         location = store_archive(output, staged_file(tmp_path, b"after the outage"), "ds", "a-5")
 
     assert any("retrying in" in record.getMessage() for record in caplog.records)

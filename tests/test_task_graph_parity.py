@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import pytest
 import zstandard
 
+from coordinator.engine.grpc_server import serve
 from coordinator.spider.grpc.client import GrpcSpider
-from coordinator.spider.grpc.server import serve
 from coordinator.spider.port import InvalidArgument
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine

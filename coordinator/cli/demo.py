@@ -21,8 +21,8 @@ from coordinator.cli.jobs import show_job
 from coordinator.cli.samples import write_json_logs
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.lifecycle import describe_status
+from coordinator.runtime import Runtime, open_runtime
 from coordinator.service.ingest import DEFAULT_BUCKET, put_files, submit_job
-from coordinator.service.runtime import Runtime, open_runtime
 from coordinator.store.jobs import job_state
 from coordinator.store.schema import StoredArchive
 

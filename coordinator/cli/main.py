@@ -33,8 +33,15 @@ from coordinator.cli import jobs as job_commands
 from coordinator.cli.demo import run_demo
 from coordinator.config.loader import ConfigError, CoordinatorConfig, database_url, load_config
 from coordinator.config.locations import PROJECT_ROOT
+from coordinator.engine.grpc_server import SpiderServer, run_server
 from coordinator.lifecycle import EDGES, STORED_FORMS
 from coordinator.lifecycle import diagrams as lifecycle_diagrams
+from coordinator.runtime import (
+    archive_output_of,
+    embedded_spider,
+    open_engine,
+    open_runtime,
+)
 from coordinator.service import logs
 from coordinator.service.cleanup import reconcile_archive_storage
 from coordinator.service.ingest import (
@@ -46,13 +53,6 @@ from coordinator.service.ingest import (
     submit_job,
 )
 from coordinator.service.outage import describe_error
-from coordinator.service.runtime import (
-    archive_output_of,
-    embedded_spider,
-    open_engine,
-    open_runtime,
-)
-from coordinator.spider.grpc.server import SpiderServer, run_server
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.downgrade import DowngradeRefused
@@ -88,9 +88,12 @@ def _explain(error: Exception) -> tuple[int, str] | None:
         case ArgumentError():  # an unparsable URL or an unknown dialect
             explained = 2, f"cannot use the database URL: {_first_line(error)}"
         case ImportError():
-            explained = 2, (
-                f"cannot use the database URL: its driver is not installed "
-                f"({_first_line(error)}); use mysql+pymysql://… or sqlite:///…"
+            explained = (
+                2,
+                (
+                    f"cannot use the database URL: its driver is not installed "
+                    f"({_first_line(error)}); use mysql+pymysql://… or sqlite:///…"
+                ),
             )
         case DBAPIError():
             explained = 1, f"cannot use the database: {describe_error(error)}"

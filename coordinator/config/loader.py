@@ -116,7 +116,7 @@ class CoordinatorExtras(BaseModel):
     """How long the embedded engine leaves alone a Ready Spider job that no compression job
     records and whose coordinator is gone (it died between RegisterJob and recording the job), in
     case the record is only late, before it cancels it. Unset: the engine's default,
-    ``coordinator.spider.embedded.engine.UNRECORDED_GRACE_SECS`` (60 s). A short grace is for tests
+    ``coordinator.engine.embedded.engine.UNRECORDED_GRACE_SECS`` (60 s). A short grace is for tests
     and soaks; a record later than the grace would find its Spider job cancelled."""
 
     data_dir: Path | None = None

@@ -52,6 +52,13 @@ from typing import cast
 
 from sqlalchemy import Connection, Engine, Table, and_, inspect, or_, select
 
+from coordinator.engine.tasks.archive_storage import (
+    TEMPORARY_SUFFIX,
+    archive_exists,
+    list_archive_locations,
+    remove_archive,
+)
+from coordinator.engine.tasks.context import ArchiveOutputSettings, FsArchiveOutput
 from coordinator.lifecycle import TERMINAL_STATUSES, JobStatus, state_of
 from coordinator.store.archives import published_archives_of_job, withdraw_archives
 from coordinator.store.datasets import archives_table
@@ -69,13 +76,6 @@ from coordinator.store.stored_archives import (
     stored_archives_of_job,
     unattributed_orphans,
 )
-from coordinator.tasks.archive_storage import (
-    TEMPORARY_SUFFIX,
-    archive_exists,
-    list_archive_locations,
-    remove_archive,
-)
-from coordinator.tasks.context import ArchiveOutputSettings, FsArchiveOutput
 
 _log = logging.getLogger(__name__)
 _jobs = cast(Table, CompressionJob.__table__)

@@ -81,6 +81,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from coordinator.config.clp import CompressionCoordinator
+from coordinator.engine.tasks.context import ArchiveOutputSettings
 from coordinator.job_config import S3_OBJECT_METADATA, UndecodableJobConfig, peek_input_type
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.service.cleanup import (
@@ -112,7 +113,6 @@ from coordinator.store.datasets import ensure_dataset_tables
 from coordinator.store.evidence import publication_gap
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
 from coordinator.store.jobs import JobStore, job_state
-from coordinator.tasks.context import ArchiveOutputSettings
 
 _log = logging.getLogger(__name__)
 

@@ -30,6 +30,7 @@ from sqlalchemy import Engine
 from coordinator.config.clp import ArchiveOutput, S3IngestionConfig
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import local_store_endpoint
+from coordinator.engine.tasks.archive_storage import s3_client
 from coordinator.job_config import (
     ClpIoConfig,
     OutputConfig,
@@ -44,7 +45,6 @@ from coordinator.task_io import (
     CredentialsAuthentication,
     DefaultAuthentication,
 )
-from coordinator.tasks.archive_storage import s3_client
 
 DEFAULT_BUCKET = "logs"
 DEFAULT_PREFIX = "ingest/"

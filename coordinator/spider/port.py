@@ -3,7 +3,7 @@
 It mirrors Spider's ``storage.JobOrchestrationService`` and ``ResourceGroupManagementService``
 (``spider-contract.md`` §7): job states keep Spider's numbers, and failures are the typed errors
 Spider's own Rust client raises for each gRPC status. Two engines implement it: the embedded engine
-(``coordinator.spider.embedded``) and the gRPC client of a Spider cluster.
+(``coordinator.engine.embedded``) and the gRPC client of a Spider cluster.
 
 Rules of use (§13). Spider's calls are not all safe to make at any time; callers go through the
 helpers at the bottom of this module, which follow them:

@@ -39,7 +39,7 @@ rejects an input buffer under 4 bytes, and CLP's Rust package (``clp-tdl-package
 ``compression::cleanup``; on a cluster a cancelled job may therefore end ``Failed`` (the cleanup's
 failure) instead of ``Cancelled``, which the coordinator handles as any Spider failure. The
 embedded engine and ``coordinator spider serve`` run this package's cleanup
-(``coordinator.tasks.cleanup``).
+(``coordinator.engine.tasks.cleanup``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The task executor: a worker process that runs task instances one at a time.
 
-``python -m coordinator.spider.embedded.executor --package NAME=module:factory …`` reads framed
+``python -m coordinator.engine.embedded.executor --package NAME=module:factory …`` reads framed
 requests on stdin and writes framed replies on stdout (``protocol``). Task code may print: the
 process's stdout is redirected to stderr, and replies go to a private copy of the original stdout.
 The worker's settings come from ``$COORDINATOR_WORKER_SETTINGS`` (``WorkerSettings``). With
@@ -23,16 +23,16 @@ import traceback
 from collections.abc import Sequence
 from typing import IO, Any
 
-from coordinator.spider.embedded.faults import CRASH_EXIT_STATUS
-from coordinator.spider.embedded.protocol import (
+from coordinator.engine.embedded.faults import CRASH_EXIT_STATUS
+from coordinator.engine.embedded.protocol import (
     Reply,
     Request,
     in_task_failure,
     read_request,
     write_message,
 )
-from coordinator.tasks.context import TaskContext, TaskError, WorkerSettings
-from coordinator.tasks.registry import TaskPackage
+from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
+from coordinator.engine.tasks.registry import TaskPackage
 
 _log = logging.getLogger("coordinator.executor")
 

@@ -51,14 +51,14 @@ What it reproduces:
   and ``compression_stored_archives.spider_job_id`` hold. It is written explicitly; two engines
   sharing a database that pick the same id collide on the primary key and the loser picks again
   (``register_job``).
-* **Scratch directories** of killed instances (``coordinator.tasks.scratch``): an instance holds a
-  lock on its scratch directory in the staging directory while it runs. When an execution manager
-  has reaped the executor of an instance it killed (hard timeout, ``close``) or that crashed, that
-  instance's directories are removed, before its failure is reported; the whole staging directory
-  is swept at start (the executors of a coordinator that was SIGKILLed died with it), every
-  ``scratch_sweep_interval_secs`` (another engine sharing the staging directory may have died) and
-  at close. A sweep removes only directories whose lock it can take: never a live instance's,
-  whichever process or engine runs it.
+* **Scratch directories** of killed instances (``coordinator.engine.tasks.scratch``): an instance
+  holds a lock on its scratch directory in the staging directory while it runs. When an execution
+  manager has reaped the executor of an instance it killed (hard timeout, ``close``) or that
+  crashed, that instance's directories are removed, before its failure is reported; the whole
+  staging directory is swept at start (the executors of a coordinator that was SIGKILLed died with
+  it), every ``scratch_sweep_interval_secs`` (another engine sharing the staging directory may have
+  died) and at close. A sweep removes only directories whose lock it can take: never a live
+  instance's, whichever process or engine runs it.
 * **Resource groups** live in ``spider_engine_resource_groups`` (``external_id`` unique), never in
   CLP's ``spider_resource_groups``. Besides Spider's two calls, the engine offers what Spider
   lacks, a get-or-create by name (``resource_group_by_name``), which the coordinator uses instead
@@ -123,10 +123,12 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.dml import Update
 
+from coordinator.engine.embedded.faults import Fault
+from coordinator.engine.embedded.manager import Assignment, ExecutionManager
+from coordinator.engine.embedded.protocol import Reply, Request
+from coordinator.engine.tasks.context import WorkerSettings
+from coordinator.engine.tasks.scratch import sweep_scratch
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES
-from coordinator.spider.embedded.faults import Fault
-from coordinator.spider.embedded.manager import Assignment, ExecutionManager
-from coordinator.spider.embedded.protocol import Reply, Request
 from coordinator.spider.policy import ExecutionPolicy
 from coordinator.spider.port import (
     InvalidArgument,
@@ -153,12 +155,10 @@ from coordinator.store.instances import (
     live_tokens,
 )
 from coordinator.store.schema import CompressionJob, EngineJob, EngineResourceGroup, StoredArchive
-from coordinator.tasks.context import WorkerSettings
-from coordinator.tasks.scratch import sweep_scratch
 
 _log = logging.getLogger(__name__)
 
-CLP_PACKAGES: Mapping[str, str] = {"clp": "coordinator.tasks.registry:clp_package"}
+CLP_PACKAGES: Mapping[str, str] = {"clp": "coordinator.engine.tasks.registry:clp_package"}
 STATE_NAMES = {
     JobState.READY: "Ready",
     JobState.RUNNING: "Running",
@@ -329,7 +329,7 @@ class EmbeddedSpider:
         self._instance_ids = itertools.count(time.time_ns() // 1000)
         self._retention = terminated_job_retention_secs
         self._closed = False
-        command = [sys.executable, "-m", "coordinator.spider.embedded.executor"]
+        command = [sys.executable, "-m", "coordinator.engine.embedded.executor"]
         for name, factory in packages.items():
             command += ["--package", f"{name}={factory}"]
         environment = {**os.environ, **settings.to_environment(), **(executor_environment or {})}

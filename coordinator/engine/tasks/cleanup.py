@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.tasks.context import TaskContext, TaskError
+from coordinator.engine.tasks.context import TaskContext, TaskError
 
 
 def cleanup(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:

@@ -22,7 +22,7 @@ plaintext, so that ``GrpcSpider`` (or Spider's own Rust client) can drive it ove
   carry the error's text, as Spider's carry ``error.to_string()`` (:124, :144, :282).
 * Unlike Spider's, this server never shuts itself down: where Spider's storage service meets a
   fatal internal error (grpc.rs:380-398), the embedded engine refuses with INTERNAL and carries on
-  (``coordinator.spider.embedded.engine``; README, "Spider's answers", lists the differences).
+  (``coordinator.engine.embedded.engine``; README, "Spider's answers", lists the differences).
 * Like Spider's (tonic's defaults, §7.5), the server refuses a request whose message is over
   4 MiB and does not limit what it sends. The refusal is tonic's: OUT_OF_RANGE "Error, decoded
   message length too large: found N bytes, the limit is: 4194304 bytes", N the request message's

@@ -5,8 +5,8 @@ Mirrors CLP's task (``clp-contract.md`` §9, ``clp-tdl-package/src/task/compress
 * inputs ``[ClpSCompressionOption, Option<String> dataset, S3InputSource]`` (task I/O wire format);
 * the object list file ``compression-{job}-{task}-{instance}-log-paths.txt``, one entry per line,
   each ending in ``\\n``;
-* S3 objects as URLs built by CLP's ``generate_s3_url`` (``coordinator.tasks.s3_urls``), read with
-  ``--auth s3``; ``credentials`` authentication reaches clp-s as ``AWS_ACCESS_KEY_ID``,
+* S3 objects as URLs built by CLP's ``generate_s3_url`` (``coordinator.engine.tasks.s3_urls``), read
+  with ``--auth s3``; ``credentials`` authentication reaches clp-s as ``AWS_ACCESS_KEY_ID``,
   ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN`` when set);
 * ``clp-s c <out> --print-archive-stats --target-encoded-size <N> --compression-level <L>
   --single-file-archive [--auth s3] [--timestamp-key <K>] --files-from <list>``;
@@ -15,8 +15,8 @@ Mirrors CLP's task (``clp-contract.md`` §9, ``clp-tdl-package/src/task/compress
   unparsable line kills clp-s and fails the task, a non-zero exit fails it ("clp-s exited with …")
   unless clp-s failed only reading S3 for a transient reason (see below);
 * archives stored under ``<dataset or "default">/<archive id>`` of the archive output
-  (``coordinator.tasks.archive_storage``), the list file and staged archives deleted at the end
-  (a failed delete is only a warning), and ``CompressionTaskOutput{dataset as given, archives}``
+  (``coordinator.engine.tasks.archive_storage``), the list file and staged archives deleted at the
+  end (a failed delete is only a warning), and ``CompressionTaskOutput{dataset as given, archives}``
   returned.
 
 Deliberate differences:
@@ -33,7 +33,7 @@ Deliberate differences:
   staging directory for each attempt (CLP shares ``<staging>/<dataset>``): two instances of one task
   may run at once, and clean-up must never touch the other's files. The attempt holds a lock on it
   while it runs, so that the directory of an instance that was killed is removed by the embedded
-  engine's sweep and the directory of a live one never is (``coordinator.tasks.scratch``).
+  engine's sweep and the directory of a live one never is (``coordinator.engine.tasks.scratch``).
 * **Store after a clean exit.** CLP uploads from a callback on each stats line while clp-s runs.
   A failing clp-s still prints a stats line for the junk archive it leaves behind (exit 1, a few
   hundred bytes, even real timestamps), so here nothing is stored until clp-s has exited 0; then the
@@ -48,19 +48,19 @@ Deliberate differences:
   uploads behind). An archive that cannot be removed keeps its record, so the coordinator's
   clean-up finds it.
 * **Storage errors name their cause**: ``no space left on device (errno 28)``, ``permission
-  denied (errno 13)``, a missing bucket, access denied (``coordinator.tasks.archive_storage``),
-  for the staging directory as for the archive output; clp-s reports a failed write only as
-  ``Error code: 4``, so a clp-s failure with a (nearly) full staging file system says so.
-* **A short S3 outage is retried inside the task.** CLP runs clp-s once. Here, when clp-s fails
-  (exit 1) and every error on its stderr is a transient S3 read error (curl's codes 7 *couldn't
-  connect*, 18 *partial file*, 28 *timed out*, 35 *SSL connect error*, 52 *empty reply*, 55/56
-  *send/receive error*, and 22 with HTTP 5xx or 429; clp-s stops at the first error), that run's
-  output is discarded and clp-s runs again, all objects anew, after a back-off:
+  denied (errno 13)``, a missing bucket, access denied
+  (``coordinator.engine.tasks.archive_storage``), for the staging directory as for the archive
+  output; clp-s reports a failed write only as ``Error code: 4``, so a clp-s failure with a (nearly)
+full staging file system says so. * **A short S3 outage is retried inside the task.** CLP runs clp-s
+  once. Here, when clp-s fails (exit 1) and every error on its stderr is a transient S3 read error
+  (curl's codes 7 *couldn't connect*, 18 *partial file*, 28 *timed out*, 35 *SSL connect error*, 52
+  *empty reply*, 55/56 *send/receive error*, and 22 with HTTP 5xx or 429; clp-s stops at the first
+  error), that run's output is discarded and clp-s runs again, all objects anew, after a back-off:
   ``WorkerSettings.s3_read_retries`` (5 runs in all, 1 s doubling to 8 s apart: 15 s of waiting),
   one warning per failed run. Then the task fails with ``S3 still unreachable or failing after 5
   attempt(s) over 15.1 s while compressing …: <the last curl error>``. A 403, a 404, unparsable
   input or any other failure fails at once, as before. (Archive uploads have their own bound,
-  ``coordinator.tasks.archive_storage``.)
+  ``coordinator.engine.tasks.archive_storage``.)
 * **An ``fs`` archive output** is accepted (CLP's task requires S3).
 * **No column metadata.** CLP runs ``indexer`` per archive to fill
   ``clp_{dataset}_column_metadata``; ``yscope-clp-core`` does not ship it, so that step is skipped:
@@ -71,7 +71,7 @@ Deliberate differences:
   variables, so credentials must be there (CLP resolves the SDK's default chain and exports it).
   ``profile`` and ``env_vars`` (CLP's Python model only) are refused, as CLP's Rust task would.
 * **Object keys clp-s cannot fetch** (spaces, ``%``, ``?``, ``#``, non-ASCII, ``.``/``..``
-  segments) fail the task up front, naming the key (see ``coordinator.tasks.s3_urls``).
+  segments) fail the task up front, naming the key (see ``coordinator.engine.tasks.s3_urls``).
 * **Error text.** The clp-s failure message carries the last lines of its stderr without their
   timestamps and with presigned query strings (``?X-Amz-…``) removed.
 """
@@ -101,6 +101,17 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.config.locations import is_same_store, local_store_named
+from coordinator.engine.tasks.archive_storage import (
+    ArchiveOutput,
+    archive_location,
+    describe_os_error,
+    remove_archive,
+    store_archive,
+)
+from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
+from coordinator.engine.tasks.database import task_engine, wait_out_outages
+from coordinator.engine.tasks.s3_urls import s3_object_url
+from coordinator.engine.tasks.scratch import create_scratch, remove_scratch
 from coordinator.serde import WireFormatError, decode_as
 from coordinator.store.clock import utc_now
 from coordinator.store.jobs import SpiderJobUnmatched, in_flight_job_of
@@ -121,17 +132,6 @@ from coordinator.task_io import (
     S3InputSource,
     decode_dataset,
 )
-from coordinator.tasks.archive_storage import (
-    ArchiveOutput,
-    archive_location,
-    describe_os_error,
-    remove_archive,
-    store_archive,
-)
-from coordinator.tasks.context import TaskContext, TaskError, WorkerSettings
-from coordinator.tasks.database import task_engine, wait_out_outages
-from coordinator.tasks.s3_urls import s3_object_url
-from coordinator.tasks.scratch import create_scratch, remove_scratch
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ output, would stay for ever. So:
   creator locks it; the creator then finds it gone (or held) and makes another, so an instance
   never uses a directory it has not locked. An instance removes its own directory while holding
   the lock; a sweep that locks it afterwards finds the path gone and leaves it.
-* **Who sweeps**: the embedded engine (``coordinator.spider.embedded.engine``), which hosts the
+* **Who sweeps**: the embedded engine (``coordinator.engine.embedded.engine``), which hosts the
   instances. As soon as an execution manager has reaped an executor it killed (hard timeout) or
   that crashed, the directories of the instance it was running are swept; the whole staging
   directory is swept when the engine starts, every ``scratch_sweep_interval_secs`` and when it

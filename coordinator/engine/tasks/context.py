@@ -88,7 +88,8 @@ class WorkerSettings(BaseModel):
     committed_storage: CommittedStorage = DEFAULT_COMMITTED_STORAGE
     """How the commit task stores a Committed job (``coordinator.committed_status``)."""
     s3_read_retries: S3ReadRetries = S3ReadRetries()
-    """The bound on rerunning clp-s through a short S3 outage (``coordinator.tasks.compress``)."""
+    """The bound on rerunning clp-s through a short S3 outage
+    (``coordinator.engine.tasks.compress``)."""
 
     def to_environment(self) -> dict[str, str]:
         """The variable that carries these settings (secrets included) to a task process."""

@@ -16,8 +16,8 @@ from typing import TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.store.database import create_database_engine, is_transient
-from coordinator.tasks.context import WorkerSettings
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from coordinator.tasks.cleanup import cleanup
-from coordinator.tasks.commit import commit
-from coordinator.tasks.compress import clp_s_s3_compress
-from coordinator.tasks.context import TaskContext
+from coordinator.engine.tasks.cleanup import cleanup
+from coordinator.engine.tasks.commit import commit
+from coordinator.engine.tasks.compress import clp_s_s3_compress
+from coordinator.engine.tasks.context import TaskContext
 
 TaskFunction = Callable[[TaskContext, Sequence[bytes]], list[bytes]]
 
@@ -43,6 +43,4 @@ class TaskPackage:
 
 def clp_package() -> TaskPackage:
     """CLP's package: compress and commit, and the coordinator's cleanup (not in CLP's)."""
-    return TaskPackage(
-        CLP_PACKAGE, {COMPRESS: clp_s_s3_compress, COMMIT: commit, CLEANUP: cleanup}
-    )
+    return TaskPackage(CLP_PACKAGE, {COMPRESS: clp_s_s3_compress, COMMIT: commit, CLEANUP: cleanup})

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from coordinator.spider.embedded.protocol import (
+from coordinator.engine.embedded.protocol import (
     ExecutorGone,
     Reply,
     ReplyTimeout,

@@ -43,6 +43,13 @@ from coordinator.config.loader import (
     legacy_scheduler_problem,
 )
 from coordinator.config.locations import is_same_store, local_store_endpoint, local_store_named
+from coordinator.engine.embedded.engine import UNRECORDED_GRACE_SECS, EmbeddedSpider
+from coordinator.engine.tasks.context import (
+    ArchiveOutputSettings,
+    FsArchiveOutput,
+    S3ArchiveOutput,
+    WorkerSettings,
+)
 from coordinator.job_config import (
     S3_OBJECT_METADATA,
     UndecodableJobConfig,
@@ -51,7 +58,6 @@ from coordinator.job_config import (
 )
 from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator, default_instance_id
-from coordinator.spider.embedded.engine import UNRECORDED_GRACE_SECS, EmbeddedSpider
 from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.spider.port import SpiderPort
 from coordinator.store import migrate
@@ -60,12 +66,6 @@ from coordinator.store.instances import COORDINATOR, InstanceInUse, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CompressionJob
 from coordinator.task_io import AwsCredentials, CredentialsAuthentication, DefaultAuthentication
-from coordinator.tasks.context import (
-    ArchiveOutputSettings,
-    FsArchiveOutput,
-    S3ArchiveOutput,
-    WorkerSettings,
-)
 
 _log = logging.getLogger(__name__)
 _jobs = cast(Table, CompressionJob.__table__)
@@ -106,7 +106,7 @@ def worker_settings(config: CoordinatorConfig, url: str) -> WorkerSettings:
     """The environment of the embedded engine's task processes.
 
     The local object store is always the one this coordinator serves: only jobs that name it read
-    from it (see ``coordinator.tasks.compress``), whatever ``logs_input`` says.
+    from it (see ``coordinator.engine.tasks.compress``), whatever ``logs_input`` says.
     """
     return WorkerSettings(
         database_url=SecretStr(url),

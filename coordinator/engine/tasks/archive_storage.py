@@ -45,13 +45,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coordinator.engine.tasks.context import FsArchiveOutput, S3ArchiveOutput, TaskError
 from coordinator.task_io import (
     AwsAuthentication,
     CredentialsAuthentication,
     EnvVarsAuthentication,
     ProfileAuthentication,
 )
-from coordinator.tasks.context import FsArchiveOutput, S3ArchiveOutput, TaskError
 
 ArchiveOutput = FsArchiveOutput | S3ArchiveOutput
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 
-from coordinator.tasks.context import TaskError
+from coordinator.engine.tasks.context import TaskError
 
 AWS_ENDPOINT = "amazonaws.com"
 

@@ -7,7 +7,7 @@ commit does (one dataset; at least one archive; a valid dataset name), and calls
 ``coordinator.store.archives.publish_archives``, which moves the job Running → Committed in the same
 transaction as the archive rows. A job already committed makes it a no-op; a job that is no longer
 running (killed by CLP's legacy scheduler, say) makes it fail with a message saying so. A database
-outage is waited out (``coordinator.tasks.database.wait_out_outages``), not a failure.
+outage is waited out (``coordinator.engine.tasks.database.wait_out_outages``), not a failure.
 
 Unlike CLP's commit task, which writes SUCCEEDED directly, this one stops at COMMITTED: the
 coordinator finalises the job when Spider confirms success, and rolls the publication back if
@@ -19,18 +19,18 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from coordinator.serde import WireFormatError
-from coordinator.store.archives import CommitRefused, publish_archives
-from coordinator.store.jobs import JobStore
-from coordinator.store.names import InvalidDatasetName, resolve_dataset_name
-from coordinator.task_io import CompressionTaskOutput
-from coordinator.tasks.context import (
+from coordinator.engine.tasks.context import (
     ArchiveOutputSettings,
     FsArchiveOutput,
     TaskContext,
     TaskError,
 )
-from coordinator.tasks.database import task_engine, wait_out_outages
+from coordinator.engine.tasks.database import task_engine, wait_out_outages
+from coordinator.serde import WireFormatError
+from coordinator.store.archives import CommitRefused, publish_archives
+from coordinator.store.jobs import JobStore
+from coordinator.store.names import InvalidDatasetName, resolve_dataset_name
+from coordinator.task_io import CompressionTaskOutput
 
 
 def commit(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
