@@ -35,6 +35,7 @@ from typing import Self, cast
 from pydantic import SecretStr
 from sqlalchemy import Engine, Table, select
 
+from coordinator.archive_storage import ArchiveOutputSettings, FsArchiveOutput, S3ArchiveOutput
 from coordinator.config.clp import ArchiveFsStorage, ArchiveS3Storage, S3IngestionConfig, Spider
 from coordinator.config.loader import (
     ConfigError,
@@ -44,12 +45,7 @@ from coordinator.config.loader import (
 )
 from coordinator.config.locations import is_same_store, local_store_endpoint, local_store_named
 from coordinator.engine.embedded.engine import UNRECORDED_GRACE_SECS, EmbeddedSpider
-from coordinator.engine.tasks.context import (
-    ArchiveOutputSettings,
-    FsArchiveOutput,
-    S3ArchiveOutput,
-    WorkerSettings,
-)
+from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.job_config import (
     S3_OBJECT_METADATA,
     UndecodableJobConfig,

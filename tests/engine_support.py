@@ -11,9 +11,10 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.locations import PROJECT_ROOT
 from coordinator.engine.embedded.engine import EmbeddedSpider
-from coordinator.engine.tasks.context import FsArchiveOutput, WorkerSettings
+from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.spider.policy import ExecutionPolicy, TimeoutPolicy
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.spider.task_graph import (

@@ -20,18 +20,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert, inspect, text
 
+from coordinator.archive_storage import FsArchiveOutput, S3ArchiveOutput
+from coordinator.archive_storage.storage import remove_archive, store_archive
 from coordinator.cli.main import main
 from coordinator.config.loader import CoordinatorConfig
-from coordinator.engine.tasks.archive_storage import remove_archive, store_archive
 from coordinator.engine.tasks.commit import commit
 from coordinator.engine.tasks.compress import clp_s_s3_compress
-from coordinator.engine.tasks.context import (
-    FsArchiveOutput,
-    S3ArchiveOutput,
-    TaskContext,
-    TaskError,
-    WorkerSettings,
-)
+from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.service.cleanup import (
     log_reconciliation,

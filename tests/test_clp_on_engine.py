@@ -12,11 +12,12 @@ from pathlib import Path
 from sqlalchemy import Engine, select
 from yscope_clp_core import KqlQuery, search_archive
 
+from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.locations import local_store_endpoint
 from coordinator.engine.embedded.engine import EmbeddedSpider
 from coordinator.engine.embedded.faults import Fault
 from coordinator.engine.embedded.protocol import in_task_failure
-from coordinator.engine.tasks.context import FsArchiveOutput, WorkerSettings
+from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.spider.policy import commit_task_policy
 from coordinator.spider.port import JobState, start_if_ready

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select, text
 
+from coordinator.archive_storage import FsArchiveOutput
 from coordinator.engine.tasks.commit import commit
-from coordinator.engine.tasks.context import FsArchiveOutput, TaskContext, TaskError, WorkerSettings
+from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.store.archives import withdraw_archives
 from coordinator.store.clock import utc_now

@@ -21,16 +21,12 @@ from pydantic import SecretStr
 from sqlalchemy import Engine
 from yscope_clp_core import KqlQuery, open_archive, search_archive
 
+from coordinator.archive_storage import FsArchiveOutput, S3ArchiveOutput
+from coordinator.archive_storage.errors import ArchiveStorageError
+from coordinator.archive_storage.storage import archive_key, remove_archive, store_archive
 from coordinator.config.locations import local_store_endpoint
-from coordinator.engine.tasks.archive_storage import archive_key, remove_archive, store_archive
 from coordinator.engine.tasks.compress import _clp_s_binary, _stderr_summary, clp_s_s3_compress
-from coordinator.engine.tasks.context import (
-    FsArchiveOutput,
-    S3ArchiveOutput,
-    TaskContext,
-    TaskError,
-    WorkerSettings,
-)
+from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.engine.tasks.s3_urls import s3_object_url
 from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives
 from coordinator.task_io import (
@@ -574,7 +570,7 @@ def test_removing_a_location_outside_the_fs_output_is_refused(
 @pytest.mark.parametrize("dataset", ["", ".", "..", "a/b"])
 def test_a_dataset_that_is_no_plain_name_is_refused(tmp_path: Path, dataset: str) -> None:
     output = FsArchiveOutput(directory=tmp_path / "archives")
-    with pytest.raises(TaskError, match="cannot store archive 'x': dataset"):
+    with pytest.raises(ArchiveStorageError, match="cannot store archive 'x': dataset"):
         store_archive(output, staged_file(tmp_path), dataset, "x")
 
 
@@ -624,7 +620,9 @@ def test_an_upload_to_a_missing_bucket_names_the_archive(tmp_path: Path, s3_endp
         endpoint_url=s3_endpoint,
         aws_authentication=INPUT_CREDENTIALS,
     )
-    with pytest.raises(TaskError, match=r"cannot upload archive archive-3 to s3://missing-.*/ds/"):
+    with pytest.raises(
+        ArchiveStorageError, match=r"cannot upload archive archive-3 to s3://missing-.*/ds/"
+    ):
         store_archive(output, staged_file(tmp_path), "ds", "archive-3")
 
 

@@ -27,13 +27,9 @@ import pytest
 from sqlalchemy import Engine
 from yscope_clp_core import open_archive
 
+from coordinator.archive_storage import S3ArchiveOutput
 from coordinator.engine.tasks.compress import is_transient_s3_read_error
-from coordinator.engine.tasks.context import (
-    S3ArchiveOutput,
-    S3ReadRetries,
-    TaskError,
-    WorkerSettings,
-)
+from coordinator.engine.tasks.context import S3ReadRetries, TaskError, WorkerSettings
 from coordinator.store.stored_archives import STORED
 from tests.s3_server import s3_client, s3_endpoint
 from tests.sample_logs import json_log_lines
@@ -55,7 +51,7 @@ __all__ = ["s3_endpoint", "worker_database_url"]  # fixtures, imported so that p
 OBJECTS = 6
 EVENTS_PER_OBJECT = 300
 COMPRESS_LOGGER = "coordinator.engine.tasks.compress"
-STORAGE_LOGGER = "coordinator.engine.tasks.archive_storage"
+STORAGE_LOGGER = "coordinator.archive_storage.s3"
 SHORT_BOUND = S3ReadRetries(attempts=3, first_delay_secs=0.2, max_delay_secs=0.4)
 
 

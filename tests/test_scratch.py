@@ -23,10 +23,11 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
+from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.locations import PROJECT_ROOT, local_store_endpoint
 from coordinator.engine.embedded.engine import EmbeddedSpider
 from coordinator.engine.tasks import scratch
-from coordinator.engine.tasks.context import FsArchiveOutput, WorkerSettings
+from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.engine.tasks.scratch import (
     SCRATCH_NAME,
     create_scratch,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from coordinator.engine.tasks.context import FsArchiveOutput
+from coordinator.archive_storage import FsArchiveOutput
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.service.cleanup import settle_archives, settle_unattributed_archives
 from coordinator.store.archives import publish_archives, published_archives_of_job

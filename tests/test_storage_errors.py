@@ -27,21 +27,13 @@ import pytest
 from moto import settings as moto_settings
 from sqlalchemy import Engine
 
+from coordinator.archive_storage import ArchiveStorageError, FsArchiveOutput, S3ArchiveOutput
+from coordinator.archive_storage.errors import describe_os_error
+from coordinator.archive_storage.s3 import S3_ATTEMPTS
+from coordinator.archive_storage.storage import remove_archive, store_archive
 from coordinator.config.loader import CoordinatorConfig
-from coordinator.engine.tasks.archive_storage import (
-    S3_ATTEMPTS,
-    describe_os_error,
-    remove_archive,
-    store_archive,
-)
 from coordinator.engine.tasks.compress import clp_s_s3_compress
-from coordinator.engine.tasks.context import (
-    FsArchiveOutput,
-    S3ArchiveOutput,
-    TaskContext,
-    TaskError,
-    WorkerSettings,
-)
+from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.lifecycle import JobStatus
 from coordinator.service.ingest import submit_job
 from coordinator.store.jobs import job_state
@@ -265,8 +257,8 @@ def test_an_upload_to_a_missing_bucket_says_the_bucket_does_not_exist(
         bucket=bucket, key_prefix="", endpoint_url=s3_endpoint, aws_authentication=INPUT_CREDENTIALS
     )
     with (
-        caplog.at_level(logging.WARNING, logger="coordinator.engine.tasks.archive_storage"),
-        pytest.raises(TaskError) as raised,
+        caplog.at_level(logging.WARNING, logger="coordinator.archive_storage.s3"),
+        pytest.raises(ArchiveStorageError) as raised,
     ):
         store_archive(output, staged_file(tmp_path), "ds", "archive-3")
     assert str(raised.value) == (
@@ -303,7 +295,7 @@ def test_an_upload_refused_by_iam_says_access_denied(tmp_path: Path, s3_endpoint
     enforced = moto_settings.INITIAL_NO_AUTH_ACTION_COUNT
     moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # type: ignore[assignment]
     try:
-        with pytest.raises(TaskError) as raised:
+        with pytest.raises(ArchiveStorageError) as raised:
             store_archive(output, staged_file(tmp_path), "ds", "archive-4")
     finally:
         moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = enforced
@@ -353,7 +345,7 @@ def test_an_upload_during_a_short_outage_is_retried_and_succeeds(
     bucket = new_bucket(client)
     output = _output(bucket, late_s3(1.0))
 
-    with caplog.at_level(logging.WARNING, logger="coordinator.engine.tasks.archive_storage"):
+    with caplog.at_level(logging.WARNING, logger="coordinator.archive_storage.s3"):
         location = store_archive(output, staged_file(tmp_path, b"after the outage"), "ds", "a-5")
 
     assert any("retrying in" in record.getMessage() for record in caplog.records)
@@ -379,7 +371,7 @@ def test_a_lasting_outage_fails_within_the_bound_saying_so(tmp_path: Path) -> No
     output = _output("archives", endpoint)
     started = time.monotonic()
 
-    with pytest.raises(TaskError) as raised:
+    with pytest.raises(ArchiveStorageError) as raised:
         store_archive(output, staged_file(tmp_path), "ds", "a-7")
 
     elapsed = time.monotonic() - started

@@ -52,13 +52,13 @@ from typing import cast
 
 from sqlalchemy import Connection, Engine, Table, and_, inspect, or_, select
 
-from coordinator.engine.tasks.archive_storage import (
+from coordinator.archive_storage import ArchiveOutputSettings, FsArchiveOutput
+from coordinator.archive_storage.storage import (
     TEMPORARY_SUFFIX,
     archive_exists,
     list_archive_locations,
     remove_archive,
 )
-from coordinator.engine.tasks.context import ArchiveOutputSettings, FsArchiveOutput
 from coordinator.lifecycle import TERMINAL_STATUSES, JobStatus, state_of
 from coordinator.store.archives import published_archives_of_job, withdraw_archives
 from coordinator.store.datasets import archives_table
@@ -272,7 +272,7 @@ def reconcile_archive_storage(engine: Engine, output: ArchiveOutputSettings) -> 
     The listing is taken first and the records read after it: since a record exists before its
     archive does, an archive of this coordinator listed here has its record already, unless
     clean-up removed both in between, which the final existence check tells apart. Raises
-    ``OSError``/``TaskError`` when the storage cannot be listed, or the driver's errors.
+    ``OSError``/``ArchiveStorageError`` when the storage cannot be listed, or the driver's errors.
     """
     storage = (
         os.path.abspath(output.directory)

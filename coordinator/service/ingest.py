@@ -27,10 +27,10 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from coordinator.archive_storage.s3 import s3_client
 from coordinator.config.clp import ArchiveOutput, S3IngestionConfig
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import local_store_endpoint
-from coordinator.engine.tasks.archive_storage import s3_client
 from coordinator.job_config import (
     ClpIoConfig,
     OutputConfig,

@@ -5,7 +5,7 @@ point can leave a file nobody knows about. A record's ``state``:
 
 ``storing``
     inserted by the compress task before the upload or copy starts, with the archive's
-    deterministic location (``coordinator.engine.tasks.archive_storage.archive_location``); the file
+    deterministic location (``coordinator.archive_storage.storage.archive_location``); the file
     may or may not exist (the instance may have been killed before, during or after storing it).
 ``stored``
     the task marked it after the archive was stored (``mark_stored``, only from ``storing``).

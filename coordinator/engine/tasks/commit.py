@@ -19,12 +19,8 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Sequence
 
-from coordinator.engine.tasks.context import (
-    ArchiveOutputSettings,
-    FsArchiveOutput,
-    TaskContext,
-    TaskError,
-)
+from coordinator.archive_storage import ArchiveOutputSettings, FsArchiveOutput
+from coordinator.engine.tasks.context import TaskContext, TaskError
 from coordinator.engine.tasks.database import task_engine, wait_out_outages
 from coordinator.serde import WireFormatError
 from coordinator.store.archives import CommitRefused, publish_archives

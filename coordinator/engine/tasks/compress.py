@@ -15,8 +15,8 @@ Mirrors CLP's task (``clp-contract.md`` §9, ``clp-tdl-package/src/task/compress
   unparsable line kills clp-s and fails the task, a non-zero exit fails it ("clp-s exited with …")
   unless clp-s failed only reading S3 for a transient reason (see below);
 * archives stored under ``<dataset or "default">/<archive id>`` of the archive output
-  (``coordinator.engine.tasks.archive_storage``), the list file and staged archives deleted at the
-  end (a failed delete is only a warning), and ``CompressionTaskOutput{dataset as given, archives}``
+  (``coordinator.archive_storage``), the list file and staged archives deleted at the end (a
+  failed delete is only a warning), and ``CompressionTaskOutput{dataset as given, archives}``
   returned.
 
 Deliberate differences:
@@ -48,19 +48,20 @@ Deliberate differences:
   uploads behind). An archive that cannot be removed keeps its record, so the coordinator's
   clean-up finds it.
 * **Storage errors name their cause**: ``no space left on device (errno 28)``, ``permission
-  denied (errno 13)``, a missing bucket, access denied
-  (``coordinator.engine.tasks.archive_storage``), for the staging directory as for the archive
-  output; clp-s reports a failed write only as ``Error code: 4``, so a clp-s failure with a (nearly)
-full staging file system says so. * **A short S3 outage is retried inside the task.** CLP runs clp-s
-  once. Here, when clp-s fails (exit 1) and every error on its stderr is a transient S3 read error
-  (curl's codes 7 *couldn't connect*, 18 *partial file*, 28 *timed out*, 35 *SSL connect error*, 52
-  *empty reply*, 55/56 *send/receive error*, and 22 with HTTP 5xx or 429; clp-s stops at the first
-  error), that run's output is discarded and clp-s runs again, all objects anew, after a back-off:
+  denied (errno 13)``, a missing bucket, access denied (``coordinator.archive_storage``, whose
+  ``ArchiveStorageError`` fails the task with the same message), for the staging directory as for
+  the archive output; clp-s reports a failed write only as ``Error code: 4``, so a clp-s failure
+  with a (nearly) full staging file system says so.
+* **A short S3 outage is retried inside the task.** CLP runs clp-s once. Here, when clp-s fails
+  (exit 1) and every error on its stderr is a transient S3 read error (curl's codes 7 *couldn't
+  connect*, 18 *partial file*, 28 *timed out*, 35 *SSL connect error*, 52 *empty reply*, 55/56
+  *send/receive error*, and 22 with HTTP 5xx or 429; clp-s stops at the first error), that run's
+  output is discarded and clp-s runs again, all objects anew, after a back-off:
   ``WorkerSettings.s3_read_retries`` (5 runs in all, 1 s doubling to 8 s apart: 15 s of waiting),
   one warning per failed run. Then the task fails with ``S3 still unreachable or failing after 5
   attempt(s) over 15.1 s while compressing …: <the last curl error>``. A 403, a 404, unparsable
   input or any other failure fails at once, as before. (Archive uploads have their own bound,
-  ``coordinator.engine.tasks.archive_storage``.)
+  ``coordinator.archive_storage``.)
 * **An ``fs`` archive output** is accepted (CLP's task requires S3).
 * **No column metadata.** CLP runs ``indexer`` per archive to fill
   ``clp_{dataset}_column_metadata``; ``yscope-clp-core`` does not ship it, so that step is skipped:
@@ -100,14 +101,10 @@ from typing import IO, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from coordinator.archive_storage import ArchiveOutputSettings, ArchiveStorageError
+from coordinator.archive_storage.errors import describe_os_error
+from coordinator.archive_storage.storage import archive_location, remove_archive, store_archive
 from coordinator.config.locations import is_same_store, local_store_named
-from coordinator.engine.tasks.archive_storage import (
-    ArchiveOutput,
-    archive_location,
-    describe_os_error,
-    remove_archive,
-    store_archive,
-)
 from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.engine.tasks.database import task_engine, wait_out_outages
 from coordinator.engine.tasks.s3_urls import s3_object_url
@@ -215,9 +212,12 @@ def clp_s_s3_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         archives = _run_clp_s_retrying(
             ctx, command, clp_s_input.environment, request, output_directory
         )
-        _store_and_record(
-            ctx, request.dataset or DEFAULT_DATASET, archives, output_directory, stored
-        )
+        try:
+            _store_and_record(
+                ctx, request.dataset or DEFAULT_DATASET, archives, output_directory, stored
+            )
+        except ArchiveStorageError as error:
+            raise TaskError(str(error)) from error
         return [CompressionTaskOutput(dataset=request.dataset, archives=archives).to_msgpack()]
     except BaseException as error:
         if stored:
@@ -761,7 +761,10 @@ def _dying_with_parent(command: Sequence[str]) -> list[str]:
 
 
 def _roll_back(
-    ctx: TaskContext, output: ArchiveOutput, recorded: Sequence[_Recorded], failure: BaseException
+    ctx: TaskContext,
+    output: ArchiveOutputSettings,
+    recorded: Sequence[_Recorded],
+    failure: BaseException,
 ) -> None:
     """Remove what this attempt stored (or began to), then forget the records of what is gone."""
     removed: list[int] = []

@@ -3,7 +3,8 @@
 A Spider worker gives CLP's tasks their environment through ``CLP_CONFIG_PATH``/``CLP_HOME``; here
 the engine hands each task process one JSON document, ``WorkerSettings``, in the environment
 variable ``COORDINATOR_WORKER_SETTINGS``: the database the commit task writes to, where archives are
-stored, where inputs are read from when there is no S3, and scratch space.
+stored (``coordinator.archive_storage``), where inputs are read from when there is no S3, and
+scratch space.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+# Re-exported explicitly (`as`) only while coordinator/service/coordinator.py still imports it from
+# here; once that imports coordinator.archive_storage, this becomes a plain import (issue 12).
+from coordinator.archive_storage import ArchiveOutputSettings as ArchiveOutputSettings  # noqa: PLC0414
 from coordinator.lifecycle.storage import DEFAULT_COMMITTED_STORAGE, CommittedStorage
-from coordinator.task_io import AwsAuthentication, DefaultAuthentication
 
 WORKER_SETTINGS_ENV = "COORDINATOR_WORKER_SETTINGS"
 S3_READ_ATTEMPTS = 5
@@ -28,28 +31,6 @@ S3_READ_MAX_DELAY_SECS = 8.0
 
 class TaskError(Exception):
     """A task failed for a reason an operator can act on; the message says what and why."""
-
-
-class FsArchiveOutput(BaseModel):
-    """Archives go to ``<directory>/<dataset>/<archive id>``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    type: Literal["fs"] = "fs"
-    directory: Path
-
-
-class S3ArchiveOutput(BaseModel):
-    """Archives go to ``s3://<bucket>/<key_prefix><dataset>/<archive id>`` (CLP's layout)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    type: Literal["s3"] = "s3"
-    bucket: str
-    key_prefix: str
-    region_code: str | None = None
-    endpoint_url: str | None = None
-    aws_authentication: AwsAuthentication = DefaultAuthentication()
 
 
 class S3ReadRetries(BaseModel):
@@ -64,9 +45,6 @@ class S3ReadRetries(BaseModel):
     attempts: int = Field(default=S3_READ_ATTEMPTS, ge=1)
     first_delay_secs: float = Field(default=S3_READ_FIRST_DELAY_SECS, ge=0)
     max_delay_secs: float = Field(default=S3_READ_MAX_DELAY_SECS, ge=0)
-
-
-ArchiveOutputSettings = Annotated[FsArchiveOutput | S3ArchiveOutput, Field(discriminator="type")]
 
 
 class WorkerSettings(BaseModel):
