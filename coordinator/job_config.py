@@ -21,7 +21,7 @@ Rust ``ZstdMsgpack::deserialize::<ClpIoConfig>`` would (clp-rust-utils: ``serde/
 lines 50-54, ``job_config/clp_io_config.rs``, ``clp_config/s3_config.rs``; serde 1.0 derive and
 rmp_serde 1.3 semantics, checked against those structs built with Debian's serde and rmp-serde):
 
-* zstd: every frame (``zstd::stream::decode_all``, ``coordinator.spider.wire.decode_zstd_frames``);
+* zstd: every frame (``zstd::stream::decode_all``, ``coordinator.zstd_frames.decode_zstd_frames``);
   msgpack: one value, trailing bytes ignored (``rmp_serde::from_slice``);
 * ``ClpIoConfig`` and ``OutputConfig`` (plain structs, read by rmp_serde): a map or an array of
   exactly their fields; a map key is a field's name (str or bin) or its index (any unsigned
@@ -72,8 +72,8 @@ from coordinator.serde import (
     pack,
     unpack,
 )
-from coordinator.spider.wire import ZstdFramesError, ZstdOutputTooLarge, decode_zstd_frames
 from coordinator.task_io import AwsAuthentication
+from coordinator.zstd_frames import ZstdFramesError, ZstdOutputTooLarge, decode_zstd_frames
 
 ZSTD_LEVEL = 3
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024

@@ -21,13 +21,12 @@ from coordinator.spider.task_graph import InvalidTaskGraph, decode_job_submissio
 from coordinator.spider.wire import (
     MAX_DECOMPRESSED_BYTES,
     InvalidFrame,
-    ZstdFramesError,
     decode_frame,
     decode_job_inputs,
     decode_job_outputs,
-    decode_zstd_frames,
     decompress,
 )
+from coordinator.zstd_frames import ZstdFramesError, decode_zstd_frames
 from tests.engine_support import graph, task
 from tests.vectors import load_vector
 
