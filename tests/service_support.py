@@ -373,9 +373,9 @@ def runtime_over(transport: str, config: CoordinatorConfig, lease_secs: float) -
             settings=inner.settings,
             archive_output=inner.archive_output,
             instance_id=inner.instance_id,
-            lease_duration=inner.lease_duration,
-            owns_undecodable_jobs=inner.owns_undecodable_jobs,
-            leaves_job=inner.leaves_job,
+            lease_duration=inner.leases.lease_duration,
+            owns_undecodable_jobs=inner.leases.owns_undecodable_jobs,
+            leaves_job=inner.leases.leaves_job,
         )
         try:
             yield runtime

@@ -5,7 +5,8 @@ service (embedded default, real clp-s) on SQLite and MariaDB:
 
 * the embedded default owns undecodable jobs and rejects them with ``Failed to deserialize CLP
   I/O config: …``; a coordinator with CLP's configuration leaves them Pending, never written;
-* jobs of another input type, whatever their msgpack form, are never written (H1);
+* jobs of another input type, whatever their msgpack form, are never written (hazard H1,
+  ``docs/hazards.md``);
 * a job whose cause of failure is deterministic (ids or sizes no column or Rust type holds) ends
   at once with a precise message, never after retries;
 * a Pending row that already records a Spider id is never submitted (nor registered again): it
@@ -370,8 +371,8 @@ def _insert(config: CoordinatorConfig, engine: Engine, case: Case) -> tuple[int,
 
 def _as_deployment(rt: Runtime) -> None:
     """Make the runtime's coordinator behave as one given CLP's configuration (no local store)."""
-    rt.coordinator.owns_undecodable_jobs = False
-    rt.coordinator.leaves_job = None
+    rt.coordinator.leases.owns_undecodable_jobs = False
+    rt.coordinator.leases.leaves_job = None
 
 
 # With CLP's configuration, only the cases whose ownership differs (and one that does not).
@@ -484,16 +485,18 @@ class _FakeClock:
         return self.now
 
 
-class _ClaimFailsOnce(Coordinator):
+def _fail_the_first_claim(coordinator: Coordinator) -> None:
     """A claim that hits an error no check foresaw (a bug), once."""
+    claim = coordinator.leases.claim
+    failures = []
 
-    failures = 0
-
-    def _claim(self) -> int:
-        if not self.failures:
-            self.failures += 1
+    def claim_failing_once() -> int:
+        if not failures:
+            failures.append(1)
             raise RuntimeError("a bug in the claim")
-        return super()._claim()
+        return claim()
+
+    coordinator.leases.claim = claim_failing_once  # type: ignore[method-assign]
 
 
 def test_an_unexpected_error_in_the_claim_backs_off_instead_of_stopping_the_loop(
@@ -504,7 +507,7 @@ def test_an_unexpected_error_in_the_claim_backs_off_instead_of_stopping_the_loop
     with open_runtime(config, lease_secs=5) as rt:
         job_id, _ = _insert(config, rt.engine, CASES[0])
         inner = rt.coordinator
-        coordinator = _ClaimFailsOnce(
+        coordinator = Coordinator(
             engine=inner.engine,
             spider=inner.spider,
             settings=inner.settings,
@@ -513,6 +516,7 @@ def test_an_unexpected_error_in_the_claim_backs_off_instead_of_stopping_the_loop
             owns_undecodable_jobs=True,
             clock=clock,
         )
+        _fail_the_first_claim(coordinator)
         assert coordinator.tick().claimed == 0  # the error is logged, not raised
         assert coordinator.tick().claimed == 0  # claiming backs off
         clock.now += 1.5

@@ -24,8 +24,8 @@ from sqlalchemy import Table, delete, update
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.engine.embedded.faults import Fault
 from coordinator.lifecycle import JobStatus
+from coordinator.lifecycle.reactions import CANCELLED_AT_OUTCOME
 from coordinator.runtime import Runtime, cleanup_task_of
-from coordinator.service.coordinator import CANCELLED_AT_OUTCOME, UNPUBLISHED
 from coordinator.service.ingest import submit_job
 from coordinator.spider.port import JobState, ServerError, SpiderPort, Unavailable
 from coordinator.store.clock import utc_now
@@ -54,6 +54,7 @@ DATASET = "web"
 SPIDER_CANCELLED = "The Spider compression job was cancelled."
 WITHDRAWN = " The published archives were withdrawn."
 REMAINDER_WITHDRAWN = " Whatever of them was still published was withdrawn."
+UNPUBLISHED_TEXT = "Spider reports success but the job's archives are not published: "
 FATAL = "would shut down"
 """What the embedded engine says when it refuses a CancelJob on which a real Spider's storage
 server would shut down (CommitReady without a cleanup task, Ready with one)."""
@@ -309,7 +310,7 @@ def test_a_committed_job_whose_published_archives_were_deleted_ends_failed(
         )
     assert (row.status, row.status_msg) == (
         JobStatus.FAILED,
-        UNPUBLISHED.format(gap) + REMAINDER_WITHDRAWN,
+        f"{UNPUBLISHED_TEXT}{gap}." + REMAINDER_WITHDRAWN,
     )
     assert triggers(rt, job_id) == ["submitted", "committed", "rolled_back"]
     assert published(rt.engine, DATASET, spider_id) == []
@@ -336,7 +337,7 @@ def test_a_commit_marker_without_archives_is_not_finalised(
     row = job_row(rt, job_id)
     assert (row.status, row.status_msg) == (
         JobStatus.FAILED,
-        UNPUBLISHED.format("none of its archives is published") + REMAINDER_WITHDRAWN,
+        f"{UNPUBLISHED_TEXT}none of its archives is published." + REMAINDER_WITHDRAWN,
     )
     assert triggers(rt, job_id) == ["submitted", "rolled_back"]
     assert published(rt.engine, DATASET, spider_id) == []

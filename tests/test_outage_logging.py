@@ -20,7 +20,8 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from coordinator.config.loader import load_config
 from coordinator.lifecycle import JobStatus
 from coordinator.runtime import archive_output_of
-from coordinator.service.coordinator import Coordinator, DrivenJob
+from coordinator.service.coordinator import Coordinator
+from coordinator.service.driven import DrivenJob
 from coordinator.service.ingest import put_files, submit_job
 from coordinator.service.outage import Outage
 from coordinator.spider.port import JobState, SpiderPort
@@ -152,7 +153,7 @@ def test_a_clean_up_that_meets_an_outage_fails_the_tick_without_a_traceback(
     def settle(*_: object) -> None:
         raise outage
 
-    monkeypatch.setattr("coordinator.service.coordinator.settle_archives", settle)
+    monkeypatch.setattr("coordinator.service.outcomes.settle_archives", settle)
     with caplog.at_level(logging.INFO), pytest.raises(OperationalError) as raised:
         coordinator.tick()
     assert raised.value is outage

@@ -153,12 +153,12 @@ def test_foreign_jobs_are_forgotten_once_they_leave_pending(
         instance_id="foreign-test",
     )
     coordinator.tick()
-    assert coordinator._foreign == {key[0]}
+    assert coordinator.leases._foreign == {key[0]}
     with engine.begin() as connection:  # the legacy scheduler takes it
         connection.execute(update(CompressionJob).values(status=1))
-    coordinator._next_sweep = 0.0
+    coordinator.outcomes._next_sweep = 0.0
     coordinator.tick()
-    assert coordinator._foreign == set()
+    assert coordinator.leases._foreign == set()
     engine.dispose()
 
 

@@ -11,7 +11,7 @@ reports task outcomes over Spider's internal services, as a real one would; it r
   an endpoint, credentials with and without a session token, with and without the cleanup task)
   are accepted by Spider's parser, which hands every task exactly the policy and inputs built for
   it; the commit receives the graph outputs; outputs and errors come back as reported.
-* Every call's status code in every state the coordinator meets (§7.3, §8, §13), and the three
+* Every call's status code in every state the coordinator meets (``docs/spider.md``), and the three
   calls that shut Spider's storage down, each on a throwaway instance of its own.
 * A restart (a crash) of the service mid-run: jobs and states as Spider recovers them.
 * The whole coordinator, configured as an operator would (``spider`` and ``database`` sections):
@@ -48,8 +48,8 @@ from coordinator.engine.embedded.engine import EmbeddedSpider
 from coordinator.engine.embedded.faults import Fault
 from coordinator.engine.grpc_server import serve
 from coordinator.lifecycle import JobStatus
+from coordinator.lifecycle.reactions import CANCELLED_AT_OUTCOME, SPIDER_CANCELLED
 from coordinator.runtime import open_runtime
-from coordinator.service.coordinator import CANCELLED_AT_OUTCOME, SPIDER_CANCELLED
 from coordinator.service.prepare import prepare
 from coordinator.service.resource_group import ResourceGroup
 from coordinator.spider.grpc.client import MAX_MESSAGE_BYTES, GrpcSpider

@@ -34,8 +34,8 @@ from coordinator.cli.demo import run_demo
 from coordinator.config.loader import ConfigError, CoordinatorConfig, database_url, load_config
 from coordinator.config.locations import PROJECT_ROOT
 from coordinator.engine.grpc_server import SpiderServer, run_server
-from coordinator.lifecycle import EDGES, STORED_FORMS
 from coordinator.lifecycle import diagrams as lifecycle_diagrams
+from coordinator.lifecycle import tables as lifecycle_tables
 from coordinator.runtime import (
     archive_output_of,
     embedded_spider,
@@ -154,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="fail if the committed diagrams are out of date"
     )
     diagrams.add_argument("--output", type=Path, default=PROJECT_ROOT / "diagrams")
+    diagrams.add_argument(
+        "--docs",
+        type=Path,
+        default=PROJECT_ROOT / "docs",
+        help="where docs/lifecycle.md (the generated tables) goes",
+    )
     command("lifecycle", _lifecycle, "print the job state machine: edges, actors, reasons")
     archives = command(
         "archives", _archives, "list archive storage entries that have no archive record"
@@ -371,49 +377,48 @@ def _lifecycle(_: argparse.Namespace) -> int:
 
 
 def _print_lifecycle() -> None:
-    print("Compression job lifecycle (state numbers; how each is stored follows):")
-    rows = [
-        (
-            edge.trigger,
-            f"{edge.source.label} ({int(edge.source)})",
-            f"{edge.dest.label} ({int(edge.dest)})",
-            ", ".join(sorted(actor.value for actor in edge.actors)),
-            edge.why,
-        )
-        for edge in EDGES
-    ]
-    headers = ("trigger", "from", "to", "fired by", "why")
-    widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(4)]
-    indent = sum(widths) + 2 * 4
-    for row in (headers, *rows):
-        cells = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        why = textwrap.wrap(row[4], width=max(40, 110 - indent)) or [""]
-        print(f"  {cells}  {why[0]}")
-        for line in why[1:]:
-            print(" " * (indent + 2) + line)
-    print("\nStored in compression_jobs (status, committed_at):")
-    for state, form in STORED_FORMS.items():
-        marker = {True: "set", False: "NULL", None: "any"}[form.committed]
-        statuses = " or ".join(str(status) for status in form.statuses)
-        print(f"  {state.label:<10} status {statuses:<7} committed_at {marker}")
+    print("Compression job lifecycle: the edges (state numbers in parentheses):")
+    _print_table(
+        (*lifecycle_tables.EDGE_HEADERS[:4], "why"),
+        [(*row[:4], row[6]) for row in lifecycle_tables.edge_rows()],
+    )
+    print("\nReactions to Spider's final word, by the row's state:")
+    _print_table(lifecycle_tables.REACTION_HEADERS, lifecycle_tables.reaction_rows())
+    print("\nA job whose attempts ran out:")
+    _print_table(lifecycle_tables.GIVING_UP_HEADERS, lifecycle_tables.giving_up_rows())
+    print("\nStored in compression_jobs:")
+    _print_table(lifecycle_tables.STORED_HEADERS, lifecycle_tables.stored_rows())
     print(
         "  Committed is written as 1 (coordinator.committed_status: running, the default) "
         "or 5 (distinct)"
     )
 
 
+def _print_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Aligned columns; the last one wrapped to the terminal's width."""
+    fixed = len(headers) - 1
+    widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(fixed)]
+    indent = sum(widths) + 2 * fixed
+    for row in (headers, *rows):
+        cells = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        last = textwrap.wrap(row[fixed], width=max(40, 110 - indent)) or [""]
+        print(f"  {cells}  {last[0]}")
+        for line in last[1:]:
+            print(" " * (indent + 2) + line)
+
+
 def _diagrams(args: argparse.Namespace) -> int:
     output: Path = args.output
     if args.check:
-        problems = lifecycle_diagrams.check(output)
+        problems = lifecycle_diagrams.check(output, args.docs)
         for problem in problems:
             print(f"out of date: {problem}", file=sys.stderr)
         if problems:
             print("Run `coordinator diagrams` and commit the result.", file=sys.stderr)
             return 1
-        print(f"{output}: diagrams match the machine definition")
+        print(f"{output}, {args.docs}: diagrams and tables match the lifecycle definition")
         return 0
-    for path in lifecycle_diagrams.write(output):
+    for path in lifecycle_diagrams.write(output, args.docs):
         print(f"wrote {path}")
     return 0
 

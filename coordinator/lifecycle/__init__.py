@@ -1,49 +1,86 @@
-"""The job lifecycle: status numbers and the state machine, defined once."""
+"""The job lifecycle, defined once: status numbers, the machine's edges, the reactions to Spider's
+outcomes, how each state is stored, and the diagrams and tables generated from them."""
 
 from coordinator.lifecycle.machine import (
     EDGES,
+    LIFECYCLE_ORDER,
     MACHINE,
     Actor,
     Edge,
     IllegalTransition,
     Record,
     RowGuard,
+    Trigger,
+    edge_for,
     edges_from,
     plan_transition,
 )
-from coordinator.lifecycle.status import TERMINAL_STATUSES, JobStatus, describe_status
+from coordinator.lifecycle.reactions import (
+    GIVING_UP,
+    REACTIONS,
+    UNPUBLISHED,
+    Outcome,
+    Reaction,
+    reaction_to,
+)
+from coordinator.lifecycle.status import (
+    ENDED_BADLY_STATUSES,
+    IN_FLIGHT_STATUSES,
+    PUBLISHED_STATUSES,
+    TERMINAL_STATUSES,
+    JobStatus,
+    describe_status,
+)
 from coordinator.lifecycle.storage import (
     CLP_STATUS_VALUES,
     DEFAULT_COMMITTED_STORAGE,
+    ENDED_BADLY_STATUS_VALUES,
     IN_FLIGHT_STATUS_VALUES,
     STORED_FORMS,
+    TERMINAL_STATUS_VALUES,
     CommittedStorage,
     StoredForm,
     describe_stored,
     state_of,
     stored_status,
+    stored_values,
 )
 
 __all__ = [
     "CLP_STATUS_VALUES",
     "DEFAULT_COMMITTED_STORAGE",
     "EDGES",
+    "ENDED_BADLY_STATUSES",
+    "ENDED_BADLY_STATUS_VALUES",
+    "GIVING_UP",
+    "IN_FLIGHT_STATUSES",
     "IN_FLIGHT_STATUS_VALUES",
+    "LIFECYCLE_ORDER",
     "MACHINE",
+    "PUBLISHED_STATUSES",
+    "REACTIONS",
     "STORED_FORMS",
     "TERMINAL_STATUSES",
+    "TERMINAL_STATUS_VALUES",
+    "UNPUBLISHED",
     "Actor",
     "CommittedStorage",
     "Edge",
     "IllegalTransition",
     "JobStatus",
+    "Outcome",
+    "Reaction",
     "Record",
     "RowGuard",
     "StoredForm",
+    "Trigger",
     "describe_status",
     "describe_stored",
+    "edge_for",
     "edges_from",
     "plan_transition",
+    "reaction_to",
     "state_of",
     "stored_status",
+    "stored_values",
 ]

@@ -1,42 +1,15 @@
 """The compression job lifecycle: the one definition of the state machine.
 
-``EDGES`` below is the whole machine. It is turned into a ``transitions`` machine (``MACHINE``) that
-validates every requested move, and the store builds each guarded ``UPDATE`` from the same edge
-(its source status, its row guards, the columns it must record); the diagrams in ``diagrams/`` are
-drawn from ``MACHINE`` too. The machine never holds a job's state: the database row does. A request
-is checked against the definition, then applied by a compare-and-set on the row.
+``EDGES`` below is the whole machine: every edge names its trigger, who may fire it, the row guards
+its ``UPDATE`` carries, the columns it must record and why it exists. It is turned into a
+``transitions`` machine (``MACHINE``, whose states are ``JobStatus`` itself and whose transitions
+carry their ``Edge``) that validates every requested move; the store builds each guarded ``UPDATE``
+from the same edge, and the diagrams in ``diagrams/`` and the tables in ``docs/lifecycle.md`` are
+generated from it (``coordinator diagrams``; ``coordinator lifecycle`` prints the tables). The
+machine never holds a job's state: the database row does. A request is checked against the
+definition, then applied by a compare-and-set on the row.
 
-The edges and why each exists:
-
-============  =========  =========  ================  ===========================================
-trigger       from       to         fired by          why
-============  =========  =========  ================  ===========================================
-submitted     Pending    Running    coordinator       the task graph is registered with Spider; the
-                                                      Spider job id is recorded with the move (and
-                                                      only onto a row without one)
-rejected      Pending    Failed     coordinator       the job can never run (bad config blob,
-                                                      missing objects, invalid dataset, Spider
-                                                      refused the graph); the message says why
-cancelled     Pending    Killed     coordinator,      nothing was submitted yet, so no Spider job
-                                    operator          needs cancelling; safe for an operator too
-                                                      (a coordinator that registered meanwhile
-                                                      loses its ``submitted`` race and cancels)
-abandoned     Pending    Failed     coordinator       the Pending row already records a Spider job
-                                                      (CLP never leaves one so): submitting would
-                                                      overwrite that id, so the job ends naming it
-                                                      (the Spider job is cancelled if Spider knows
-                                                      it); guarded by that very Spider id
-committed     Running    Committed  commit task       the commit task publishes the archives in the
-                                                      same transaction (the durable decision)
-failed        Running    Failed     coordinator       Spider failed (or forgot) the job before any
-                                                      commit took effect
-killed        Running    Killed     coordinator       Spider cancelled the job before any commit
-finalised     Committed  Succeeded  coordinator       Spider reports Succeeded: the commit stands
-rolled_back   Committed  Failed,    coordinator       Spider ended Failed/Cancelled although the
-                         Killed                       commit took effect (a lost success report, a
-                                                      hard timeout after the commit): the published
-                                                      archives are removed in the same transaction
-============  =========  =========  ================  ===========================================
+What the coordinator does for each Spider outcome is data too: ``coordinator.lifecycle.reactions``.
 
 Deliberately absent:
 
@@ -44,23 +17,41 @@ Deliberately absent:
   compare-and-set on RUNNING. No actor of this coordinator does that; if a deployment still runs the
   upstream commit task, the coordinator observes the terminal row and leaves it alone.
 * Running -> Killed by another component. CLP's legacy Celery scheduler kills every RUNNING job on
-  its start-up (hazard H2). That write is not ours either; the compare-and-set of every edge here
-  sees the foreign terminal status and reports a lost race instead of overwriting it.
+  its start-up (hazard H2, ``docs/hazards.md``). That write is not ours either; the compare-and-set
+  of every edge here sees the foreign terminal status and reports a lost race instead of
+  overwriting it.
 * Any edge out of Succeeded, Failed or Killed: terminal states are final.
 * Self-loops: every edge changes ``status``, so "rows matched" and "rows changed" always agree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
+from transitions import State
 from transitions.extensions import GraphMachine
+from transitions.extensions.diagrams import TransitionGraphSupport
 from transitions.extensions.states import Tags, add_state_features
 
+from coordinator.errors import CoordinatorError
 from coordinator.lifecycle.status import JobStatus
+
+
+class Trigger(StrEnum):
+    """The name of a move, as the history table records it."""
+
+    SUBMITTED = "submitted"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    ABANDONED = "abandoned"
+    COMMITTED = "committed"
+    FAILED = "failed"
+    KILLED = "killed"
+    FINALISED = "finalised"
+    ROLLED_BACK = "rolled_back"
 
 
 class Actor(StrEnum):
@@ -101,7 +92,7 @@ class Record(StrEnum):
 class Edge:
     """One legal move of a job, who may make it, and what it must record."""
 
-    trigger: str
+    trigger: Trigger
     source: JobStatus
     dest: JobStatus
     actors: frozenset[Actor]
@@ -116,7 +107,7 @@ class Edge:
 
 
 def _edge(
-    trigger: str,
+    trigger: Trigger,
     source: JobStatus,
     dest: JobStatus,
     actors: Iterable[Actor],
@@ -134,56 +125,65 @@ _ENDS_BADLY = (Record.STATUS_MSG,)
 
 EDGES: tuple[Edge, ...] = (
     _edge(
-        "submitted",
+        Trigger.SUBMITTED,
         JobStatus.PENDING,
         JobStatus.RUNNING,
         _COORDINATOR,
         guards=(RowGuard.SPIDER_ID_UNSET,),
         records=(Record.SUBMISSION,),
-        why="The task graph is registered with Spider; its job id is recorded with the move.",
+        why=(
+            "The task graph is registered with Spider; its job id is recorded with the move, and "
+            "only onto a row that records none."
+        ),
     ),
     _edge(
-        "rejected",
+        Trigger.REJECTED,
         JobStatus.PENDING,
         JobStatus.FAILED,
         _COORDINATOR,
         guards=(RowGuard.SPIDER_ID_UNSET,),
         records=_ENDS_BADLY,
-        why="The job can never run; the message tells the operator what to fix.",
+        why=(
+            "The job can never run (a bad config blob, missing objects, an invalid dataset, Spider "
+            "refused the graph, or attempts ran out); the message tells the operator what to fix."
+        ),
     ),
     _edge(
-        "cancelled",
+        Trigger.CANCELLED,
         JobStatus.PENDING,
         JobStatus.KILLED,
         (Actor.COORDINATOR, Actor.OPERATOR),
         guards=(RowGuard.SPIDER_ID_UNSET,),
         records=_ENDS_BADLY,
-        why="Nothing was submitted yet, so nothing runs in Spider for this job.",
+        why=(
+            "Nothing was submitted yet, so nothing runs in Spider for this job; safe for an "
+            "operator too (a coordinator that registered meanwhile loses its 'submitted' race)."
+        ),
     ),
     _edge(
-        "abandoned",
+        Trigger.ABANDONED,
         JobStatus.PENDING,
         JobStatus.FAILED,
         _COORDINATOR,
         guards=(RowGuard.SPIDER_ID_MATCHES,),
         records=_ENDS_BADLY,
         why=(
-            "The Pending row already records a Spider job: it is never submitted again (the id "
-            "would be overwritten, and registering anew would lose every race), so it ends "
-            "Failed naming that Spider job."
+            "The Pending row already records a Spider job (CLP never leaves one so): it is never "
+            "submitted again (the id would be overwritten, and registering anew would lose every "
+            "race), so it ends Failed naming that Spider job, guarded by that very id."
         ),
     ),
     _edge(
-        "committed",
+        Trigger.COMMITTED,
         JobStatus.RUNNING,
         JobStatus.COMMITTED,
         (Actor.COMMIT_TASK,),
         guards=_AFTER_SUBMISSION,
         records=(Record.SIZES, Record.DURATION),
-        why="The commit task publishes the archives in the same transaction.",
+        why="The commit task publishes the archives in the same transaction: the durable decision.",
     ),
     _edge(
-        "failed",
+        Trigger.FAILED,
         JobStatus.RUNNING,
         JobStatus.FAILED,
         _COORDINATOR,
@@ -192,7 +192,7 @@ EDGES: tuple[Edge, ...] = (
         why="Spider failed (or no longer knows) the job before any commit took effect.",
     ),
     _edge(
-        "killed",
+        Trigger.KILLED,
         JobStatus.RUNNING,
         JobStatus.KILLED,
         _COORDINATOR,
@@ -204,7 +204,7 @@ EDGES: tuple[Edge, ...] = (
         ),
     ),
     _edge(
-        "finalised",
+        Trigger.FINALISED,
         JobStatus.COMMITTED,
         JobStatus.SUCCEEDED,
         _COORDINATOR,
@@ -212,16 +212,20 @@ EDGES: tuple[Edge, ...] = (
         why="Spider reports Succeeded, so the published commit stands.",
     ),
     _edge(
-        "rolled_back",
+        Trigger.ROLLED_BACK,
         JobStatus.COMMITTED,
         JobStatus.FAILED,
         _COORDINATOR,
         guards=_AFTER_SUBMISSION,
         records=_ENDS_BADLY,
-        why="Spider failed the job after the commit took effect; its archives are withdrawn.",
+        why=(
+            "Spider failed the job although the commit took effect (a lost success report, a hard "
+            "timeout after the commit); the published archives are withdrawn in the same "
+            "transaction."
+        ),
     ),
     _edge(
-        "rolled_back",
+        Trigger.ROLLED_BACK,
         JobStatus.COMMITTED,
         JobStatus.KILLED,
         _COORDINATOR,
@@ -230,20 +234,16 @@ EDGES: tuple[Edge, ...] = (
         why=(
             "Spider cancelled the job after the commit took effect (or an operator's cancel is "
             "honoured when Spider finishes a graph without a cleanup task); its archives are "
-            "withdrawn."
+            "withdrawn in the same transaction."
         ),
     ),
 )
-
-_EDGE_BY_MOVE: dict[tuple[str, JobStatus, JobStatus], Edge] = {
-    (edge.trigger, edge.source, edge.dest): edge for edge in EDGES
-}
 
 TERMINAL_TAG = "terminal"
 
 GraphEngine = Literal["mermaid", "graphviz"]
 
-_LIFECYCLE_ORDER = (
+LIFECYCLE_ORDER = (
     JobStatus.PENDING,
     JobStatus.RUNNING,
     JobStatus.COMMITTED,
@@ -251,32 +251,63 @@ _LIFECYCLE_ORDER = (
     JobStatus.FAILED,
     JobStatus.KILLED,
 )
+"""The states in the order the diagrams and tables show them."""
 
 
-@add_state_features(Tags)
+class LabelledState(State):
+    """A state with a display label (``Pending``) beside its enum name (``PENDING``)."""
+
+    def __init__(self, *args: Any, label: str | None = None, **kwargs: Any) -> None:
+        self.label = label
+        super().__init__(*args, **kwargs)
+
+
+class EdgeTransition(TransitionGraphSupport):
+    """A transition that carries its ``Edge``: one lookup says whether a move is legal and what
+    it must record."""
+
+    def __init__(self, *args: Any, edge: Edge, **kwargs: Any) -> None:
+        self.edge = edge
+        super().__init__(*args, **kwargs)
+
+
+@add_state_features(Tags, LabelledState)
 class LifecycleMachine(GraphMachine):
-    """``GraphMachine`` with tagged states (terminal states carry ``TERMINAL_TAG``)."""
+    """``GraphMachine`` over ``JobStatus``: tagged, labelled states, edge-carrying transitions."""
+
+    transition_cls = EdgeTransition
 
 
 def build_machine(
-    model: object | None = None, *, graph_engine: GraphEngine = "mermaid"
+    model: object | None = None,
+    *,
+    graph_engine: GraphEngine = "mermaid",
+    edge_labels: Mapping[Edge, str] | None = None,
 ) -> LifecycleMachine:
-    """A ``transitions`` machine for ``EDGES``.
+    """A ``transitions`` machine for ``EDGES``, its states the members of ``JobStatus``.
 
     ``GraphMachine`` is used (rather than the plain ``Machine``) because only it carries edge
     labels, which the diagrams need; validation uses it without a model. With ``model``, the
-    machine can draw (``model.get_graph()``) using ``graph_engine`` ("mermaid" or "graphviz").
+    machine can draw (``model.get_graph()``) using ``graph_engine`` ("mermaid" or "graphviz");
+    ``edge_labels`` replaces an edge's default label (its trigger and actors).
     """
+    labels = edge_labels or {}
     states = [
-        {"name": status.label, "final": status.is_terminal, "tags": _tags(status)}
-        for status in _LIFECYCLE_ORDER
+        {
+            "name": status,
+            "label": status.label,
+            "final": status.is_terminal,
+            "tags": [TERMINAL_TAG] if status.is_terminal else [],
+        }
+        for status in LIFECYCLE_ORDER
     ]
     transitions = [
         {
-            "trigger": edge.trigger,
-            "source": edge.source.label,
-            "dest": edge.dest.label,
-            "label": edge.label,
+            "trigger": str(edge.trigger),
+            "source": edge.source,
+            "dest": edge.dest,
+            "label": labels.get(edge, edge.label),
+            "edge": edge,
         }
         for edge in EDGES
     ]
@@ -284,7 +315,7 @@ def build_machine(
         model=model,
         states=states,
         transitions=transitions,
-        initial=JobStatus.PENDING.label,
+        initial=JobStatus.PENDING,
         auto_transitions=False,
         graph_engine=graph_engine,
         title="Compression job lifecycle",
@@ -292,15 +323,11 @@ def build_machine(
     )
 
 
-def _tags(status: JobStatus) -> list[str]:
-    return [TERMINAL_TAG] if status.is_terminal else []
-
-
 MACHINE = build_machine()
 """The validating machine. Model-less: it answers "is this move legal", never "where is job N"."""
 
 
-class IllegalTransition(ValueError):
+class IllegalTransition(CoordinatorError, ValueError):
     """A requested move that the lifecycle does not allow; raised before any SQL runs."""
 
     def __init__(self, message: str, *, trigger: str, source: JobStatus, dest: JobStatus) -> None:
@@ -313,14 +340,11 @@ class IllegalTransition(ValueError):
 def plan_transition(trigger: str, source: JobStatus, dest: JobStatus, actor: Actor) -> Edge:
     """The edge for moving a job from ``source`` to ``dest`` by ``trigger``, fired by ``actor``.
 
-    Fails with ``IllegalTransition`` when ``MACHINE`` has no such move (which includes every move
-    out of a terminal state) or when ``actor`` may not fire it.
+    One lookup in ``MACHINE`` answers both questions: is the move legal, and which ``Edge`` (what
+    it must guard and record). Fails with ``IllegalTransition`` when ``MACHINE`` has no such move
+    (which includes every move out of a terminal state) or when ``actor`` may not fire it.
     """
-    if not MACHINE.get_transitions(trigger=trigger, source=source.label, dest=dest.label):
-        raise IllegalTransition(
-            _explain_missing_move(trigger, source, dest), trigger=trigger, source=source, dest=dest
-        )
-    edge = _EDGE_BY_MOVE[(trigger, source, dest)]
+    edge = edge_for(trigger, source, dest)
     if actor not in edge.actors:
         allowed = ", ".join(sorted(a.value for a in edge.actors))
         raise IllegalTransition(
@@ -336,6 +360,18 @@ def plan_transition(trigger: str, source: JobStatus, dest: JobStatus, actor: Act
 def edges_from(source: JobStatus) -> tuple[Edge, ...]:
     """Every edge leaving ``source`` (none for a terminal status)."""
     return tuple(edge for edge in EDGES if edge.source == source)
+
+
+def edge_for(trigger: str, source: JobStatus, dest: JobStatus) -> Edge:
+    """The edge ``trigger`` takes from ``source`` to ``dest``; raises ``IllegalTransition``."""
+    found = MACHINE.get_transitions(trigger=str(trigger), source=source, dest=dest)
+    if not found:
+        raise IllegalTransition(
+            _explain_missing_move(trigger, source, dest), trigger=trigger, source=source, dest=dest
+        )
+    transition = found[0]
+    assert isinstance(transition, EdgeTransition)
+    return transition.edge
 
 
 def _explain_missing_move(trigger: str, source: JobStatus, dest: JobStatus) -> str:

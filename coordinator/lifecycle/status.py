@@ -41,6 +41,16 @@ class JobStatus(IntEnum):
 TERMINAL_STATUSES: frozenset[JobStatus] = frozenset(
     {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.KILLED}
 )
+"""Final: no edge leaves them."""
+
+IN_FLIGHT_STATUSES: frozenset[JobStatus] = frozenset({JobStatus.RUNNING, JobStatus.COMMITTED})
+"""Submitted to Spider and not ended: the states the loop polls Spider for."""
+
+PUBLISHED_STATUSES: frozenset[JobStatus] = frozenset({JobStatus.COMMITTED, JobStatus.SUCCEEDED})
+"""The states in which the job's archives are published (its commit took effect and stands)."""
+
+ENDED_BADLY_STATUSES: frozenset[JobStatus] = frozenset({JobStatus.FAILED, JobStatus.KILLED})
+"""Terminal without success: such a job keeps nothing published and no stored archive."""
 
 
 def describe_status(value: int) -> str:

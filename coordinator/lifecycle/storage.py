@@ -29,11 +29,17 @@ coordinator then withdraws the job's published archives (``coordinator.service.c
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from coordinator.lifecycle.status import JobStatus
+from coordinator.lifecycle.status import (
+    ENDED_BADLY_STATUSES,
+    IN_FLIGHT_STATUSES,
+    TERMINAL_STATUSES,
+    JobStatus,
+)
 
 
 class CommittedStorage(StrEnum):
@@ -72,10 +78,20 @@ CLP_STATUS_VALUES: frozenset[int] = frozenset(
 )
 """The ``status`` values CLP's own readers understand (0-4)."""
 
-IN_FLIGHT_STATUS_VALUES: tuple[int, ...] = tuple(
-    sorted({*STORED_FORMS[JobStatus.RUNNING].statuses, *STORED_FORMS[JobStatus.COMMITTED].statuses})
-)
+
+def stored_values(states: Iterable[JobStatus]) -> tuple[int, ...]:
+    """Every ``status`` value a row in one of ``states`` may hold, ascending."""
+    return tuple(sorted({value for state in states for value in STORED_FORMS[state].statuses}))
+
+
+IN_FLIGHT_STATUS_VALUES = stored_values(IN_FLIGHT_STATUSES)
 """``status`` values of a submitted job that is not terminal (Running or Committed)."""
+
+TERMINAL_STATUS_VALUES = stored_values(TERMINAL_STATUSES)
+"""``status`` values of an ended job."""
+
+ENDED_BADLY_STATUS_VALUES = stored_values(ENDED_BADLY_STATUSES)
+"""``status`` values of a Failed or Killed job."""
 
 
 def stored_status(state: JobStatus, storage: CommittedStorage) -> int:

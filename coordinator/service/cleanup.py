@@ -59,7 +59,12 @@ from coordinator.archive_storage.storage import (
     list_archive_locations,
     remove_archive,
 )
-from coordinator.lifecycle import TERMINAL_STATUSES, JobStatus, state_of
+from coordinator.lifecycle import (
+    ENDED_BADLY_STATUS_VALUES,
+    TERMINAL_STATUS_VALUES,
+    JobStatus,
+    state_of,
+)
 from coordinator.store.archives import published_archives_of_job, withdraw_archives
 from coordinator.store.datasets import archives_table
 from coordinator.store.names import InvalidDatasetName
@@ -80,7 +85,6 @@ from coordinator.store.stored_archives import (
 _log = logging.getLogger(__name__)
 _jobs = cast(Table, CompressionJob.__table__)
 _stored = cast(Table, StoredArchive.__table__)
-_TERMINAL_VALUES = sorted(int(status) for status in TERMINAL_STATUSES)
 RECONCILE_INTERVAL_SECS = 3600.0
 """How often the service lists the archive storage for files without a record."""
 REPORTED_LOCATIONS = 5
@@ -109,7 +113,7 @@ def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) 
                 _jobs.c.id == job_id
             )
         ).one_or_none()
-        if row is None or row.status not in _TERMINAL_VALUES:
+        if row is None or row.status not in TERMINAL_STATUS_VALUES:
             return Settled()
         state = state_of(row.status, row.committed_at)
         if row.spider_id is not None:
@@ -210,7 +214,6 @@ def terminal_jobs_with_stored_archives(engine: Engine, stored_before: datetime) 
     before or after the commit). Records the compress task could not attribute are attributed
     first, where exactly one job records their Spider job id.
     """
-    ended_badly = [int(JobStatus.FAILED), int(JobStatus.KILLED)]
     with engine.begin() as connection:
         attribute_unambiguous_records(connection)
         rows = connection.execute(
@@ -220,7 +223,7 @@ def terminal_jobs_with_stored_archives(engine: Engine, stored_before: datetime) 
             .where(
                 _stored.c.stored_at < stored_before,
                 or_(
-                    _jobs.c.status.in_(ended_badly),
+                    _jobs.c.status.in_(ENDED_BADLY_STATUS_VALUES),
                     and_(
                         _jobs.c.status == int(JobStatus.SUCCEEDED),
                         _stored.c.state != PUBLISHED,

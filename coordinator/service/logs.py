@@ -61,3 +61,8 @@ def configure(log_format: LogFormat = "text", level: int = logging.INFO) -> None
 def job_fields(job_id: int, spider_id: int | None = None) -> dict[str, Any]:
     """``extra=`` for a log call about a job."""
     return {"job_id": job_id, "spider_id": spider_id}
+
+
+LOOP_LOGGER = "coordinator.service.coordinator"
+"""The one logger of the loop's parts (lease keeper, submitter, outcomes, cancels), so that an
+operator filters or raises the level of the whole loop by one name."""

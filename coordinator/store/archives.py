@@ -1,8 +1,8 @@
 """Publishing a job's archives (the commit) and withdrawing them (the rollback).
 
-Publication is the durable decision of a compression job (``clp-contract.md`` §10, done better):
-in **one** transaction, the one in-flight job row that records the Spider job id is locked (a
-terminal row with the same id never matches, several are refused), the dataset is registered,
+Publication is the durable decision of a compression job (``docs/clp.md``, The commit task, done
+better): in **one** transaction, the one in-flight job row that records the Spider job id is locked
+(a terminal row with the same id never matches, several are refused), the dataset is registered,
 every archive is inserted into ``clp_{dataset}_archives`` with ``creator_id`` = the Spider job id
 and ``creation_ix`` = its index, and the job moves Running → Committed through the guarded
 transition with its sizes and duration. It is idempotent: a job already Committed or Succeeded is
@@ -17,7 +17,7 @@ from enum import Enum
 
 from sqlalchemy import Connection, delete, insert, inspect, select
 
-from coordinator.lifecycle import Actor, JobStatus
+from coordinator.lifecycle import Actor, JobStatus, Trigger
 from coordinator.store.datasets import (
     archives_table,
     ensure_dataset_tables,
@@ -101,7 +101,7 @@ def publish_archives(
             connection,
             TransitionRequest(
                 job_id,
-                "committed",
+                Trigger.COMMITTED,
                 JobStatus.RUNNING,
                 JobStatus.COMMITTED,
                 Actor.COMMIT_TASK,

@@ -1,0 +1,165 @@
+"""The jobs one coordinator drives, and the one way it moves them.
+
+A ``DrivenJob`` is a job whose lease this coordinator holds. ``Mover`` is the only writer of a
+driven job's state: every move is the edge's guarded transition, fenced by the lease epoch, and a
+``Reaction`` (``coordinator.lifecycle.reactions``) is applied here with what it must do in the same
+transaction (withdraw the published archives, or require evidence of them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from coordinator.lifecycle import (
+    UNPUBLISHED,
+    Actor,
+    JobStatus,
+    Reaction,
+    Trigger,
+)
+from coordinator.service.logs import LOOP_LOGGER, job_fields
+from coordinator.spider.port import JobState
+from coordinator.store import leases
+from coordinator.store.archives import withdraw_archives
+from coordinator.store.evidence import publication_gap
+from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
+from coordinator.store.jobs import Effects, JobStore
+
+_log = logging.getLogger(LOOP_LOGGER)
+
+
+@dataclass
+class DrivenJob:
+    """A job this coordinator holds the lease of."""
+
+    job_id: int
+    epoch: int
+    status: JobStatus
+    spider_id: int | None
+    dataset: str
+    clp_config: bytes
+    backoff_ms: int
+    next_poll: float = 0.0
+    cancel_seen: JobState | None = None
+    """The Spider state the last cancel attempt left (for the log only: a cancel counts as
+    delivered when Spider reports Cancelled, and the persisted request is served until then)."""
+    retry_submit_at: float = 0.0
+    failed_attempts: int = 0
+    """Attempts that failed with an error that is not an outage (bounded by ``max_attempts``)."""
+
+    def log(self) -> dict[str, object]:
+        return job_fields(self.job_id, self.spider_id)
+
+
+Driven = dict[int, DrivenJob]
+"""The jobs a coordinator drives, by job id (shared by the loop's parts)."""
+
+
+class _Unpublished(Exception):
+    """Finalising found no evidence of the job's publication (the message says what is missing)."""
+
+
+class Mover:
+    """Moves driven jobs along the lifecycle's edges, as this coordinator instance."""
+
+    def __init__(self, store: JobStore, driven: Driven, instance_id: str) -> None:
+        self.store = store
+        self.driven = driven
+        self.instance_id = instance_id
+
+    def move(
+        self,
+        job: DrivenJob,
+        trigger: Trigger,
+        target: JobStatus,
+        reason: str,
+        effects: Effects | None = None,
+    ) -> TransitionResult:
+        """Move ``job`` from its known state to ``target`` by ``trigger``, fenced by its lease.
+
+        A terminal move releases the lease; a terminal move or a lost race stops driving the job.
+        Raises what ``JobStore.transition`` raises (``effects``' exceptions roll the move back).
+        """
+        result = self.store.transition(
+            TransitionRequest(
+                job.job_id,
+                trigger,
+                job.status,
+                target,
+                Actor.COORDINATOR,
+                reason=reason,
+                actor_id=self.instance_id,
+                spider_id=job.spider_id,
+                fence=job.epoch,
+            ),
+            effects=effects,
+        )
+        if isinstance(result, Applied):
+            job.status = target
+            _log.info("%s → %s: %s", trigger, target.label, reason, extra=job.log())
+            if target.is_terminal:
+                leases.release(
+                    self.store.engine,
+                    {job.job_id: job.epoch},
+                    owner=self.instance_id,
+                    now=result.at,
+                )
+        elif isinstance(result, LostRace):
+            _log.info("lost a race: %s", result.describe(), extra=job.log())
+        if target.is_terminal or not isinstance(result, Applied):
+            self.driven.pop(job.job_id, None)
+        return result
+
+    def react(self, job: DrivenJob, reaction: Reaction, **fields: object) -> None:
+        """Take ``reaction``'s move from the job's state, with its message's ``fields``.
+
+        A withdrawing move deletes the published archive rows in its own transaction; a move on
+        evidence is taken only when the job's archives are found published in its transaction,
+        else ``UNPUBLISHED`` is taken instead (what is missing in ``status_msg``). No move: the job
+        is no longer driven.
+        """
+        if reaction.trigger is None or reaction.target is None:
+            self.driven.pop(job.job_id, None)
+            return
+        message = reaction.status_msg(spider_id=job.spider_id, **fields)
+        if reaction.on_evidence:
+            try:
+                self.move(
+                    job, reaction.trigger, reaction.target, message, self._require_publication(job)
+                )
+            except _Unpublished as gap:
+                _log.warning("not finalised: %s", gap, extra=job.log())
+                self.react(job, UNPUBLISHED, error=gap)
+            return
+        effects = self._withdraw(job) if reaction.withdraws else None
+        self.move(job, reaction.trigger, reaction.target, message, effects)
+
+    @staticmethod
+    def _require_publication(job: DrivenJob) -> Effects:
+        job_id, spider_id = job.job_id, job.spider_id
+
+        def require_publication(connection: Connection, _: Applied) -> None:
+            gap = publication_gap(connection, job_id, spider_id)
+            if gap is not None:
+                raise _Unpublished(gap)
+
+        return require_publication
+
+    @staticmethod
+    def _withdraw(job: DrivenJob) -> Effects:
+        assert job.spider_id is not None
+        job_id, spider_id = job.job_id, job.spider_id
+
+        def withdraw(connection: Connection, _: Applied) -> None:
+            withdrawn = withdraw_archives(connection, job_id, spider_id)
+            _log.info("rolled back %d published archive(s)", len(withdrawn), extra=job.log())
+
+        return withdraw
+
+
+Clock = Callable[[], float]
+"""A monotonic clock in seconds (``time.monotonic``; tests inject their own)."""

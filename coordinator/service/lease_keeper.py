@@ -1,0 +1,173 @@
+"""The lease keeper: which jobs this coordinator drives.
+
+It renews the leases of the driven jobs (a job whose lease another coordinator took over is
+dropped at once), claims new ones up to ``max_concurrent_jobs`` minus the jobs already driven
+(taken-over ones included, hazard H6 in ``docs/hazards.md``): first in-flight jobs whose
+coordinator died, then Pending rows that already record a Spider job (claimed only to be ended),
+then Pending ``s3_object_metadata`` jobs. Jobs of other input types are never written (H1). Every
+later write for a job is fenced by the epoch its lease was taken with.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from coordinator.config.clp import CompressionCoordinator
+from coordinator.job_config import S3_OBJECT_METADATA, UndecodableJobConfig, peek_input_type
+from coordinator.lifecycle import JobStatus
+from coordinator.service.crashpoints import crashpoint
+from coordinator.service.driven import Clock, Driven, DrivenJob
+from coordinator.service.logs import LOOP_LOGGER, job_fields
+from coordinator.service.prepare import dataset_of
+from coordinator.store import leases
+from coordinator.store.jobs import JobStore
+
+_log = logging.getLogger(LOOP_LOGGER)
+
+
+class LeaseKeeper:
+    """Claims, renews and releases the leases of the jobs in ``driven``."""
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        driven: Driven,
+        settings: CompressionCoordinator,
+        instance_id: str,
+        lease_duration: timedelta,
+        owns_undecodable_jobs: bool,
+        leaves_job: Callable[[bytes], str | None] | None,
+        monotonic: Clock,
+    ) -> None:
+        self.store = store
+        self.engine = store.engine
+        self.driven = driven
+        self.settings = settings
+        self.instance_id = instance_id
+        self.lease_duration = lease_duration
+        self.owns_undecodable_jobs = owns_undecodable_jobs
+        # Why an s3_object_metadata job is not this coordinator's after all (None: it is); the
+        # embedded default leaves jobs that do not name its local object store (runtime.py).
+        self.leaves_job = leaves_job
+        self._monotonic = monotonic
+        self._foreign: set[int] = set()
+        self._next_renewal = 0.0
+
+    def renew(self) -> None:
+        """Renew the leases every third of their duration; drop the jobs whose lease was lost.
+
+        Raises SQLAlchemy's errors when the database is unavailable.
+        """
+        now = self._monotonic()
+        if now < self._next_renewal or not self.driven:
+            return
+        self._next_renewal = now + self.lease_duration.total_seconds() / 3
+        lost = leases.renew(
+            self.engine,
+            {job.job_id: job.epoch for job in self.driven.values()},
+            owner=self.instance_id,
+            expires=self.store.clock() + self.lease_duration,
+        )
+        for job_id in lost:
+            job = self.driven.pop(job_id)
+            _log.warning("lease lost: another coordinator took the job over", extra=job.log())
+
+    def claim(self) -> int:
+        """Claim up to the free capacity; how many jobs were claimed. Raises the driver's errors."""
+        capacity = self.settings.max_concurrent_jobs - len(self.driven)
+        now = self.store.clock()
+        taken = leases.take_over_in_flight(
+            self.engine,
+            owner=self.instance_id,
+            lease=self.lease_duration,
+            now=now,
+            limit=capacity,
+            skip=list(self.driven),
+        )
+        # Pending rows that already record a Spider job are claimed only to be ended (never
+        # submitted: the `submitted` edge would lose its race on every attempt).
+        recorded = leases.claim_pending(
+            self.engine,
+            owner=self.instance_id,
+            lease=self.lease_duration,
+            now=now,
+            limit=capacity - len(taken),
+            is_ours=self._is_ours,
+            skip=self._foreign | set(self.driven),
+            recorded_spider_id=True,
+        )
+        claimed = leases.claim_pending(
+            self.engine,
+            owner=self.instance_id,
+            lease=self.lease_duration,
+            now=now,
+            limit=capacity - len(taken) - len(recorded),
+            is_ours=self._is_ours,
+            skip=self._foreign | set(self.driven),
+        )
+        init = self.settings.result_polling.init_backoff_millisecs
+        for lease in [*taken, *recorded, *claimed]:
+            job = DrivenJob(
+                job_id=lease.job_id,
+                epoch=lease.epoch,
+                status=lease.status,
+                spider_id=lease.spider_id,
+                dataset=dataset_of(lease.clp_config),
+                clp_config=lease.clp_config,
+                backoff_ms=init,
+            )
+            self.driven[job.job_id] = job
+            verb = "took over" if lease.status is not JobStatus.PENDING else "claimed"
+            _log.info("%s job (%s)", verb, lease.status.label, extra=job.log())
+            crashpoint("claimed")
+        return len(taken) + len(recorded) + len(claimed)
+
+    def release_all(self) -> None:
+        """Give up every lease now, so another coordinator (or the next start) continues at once."""
+        held = {job.job_id: job.epoch for job in self.driven.values()}
+        if held:
+            try:
+                leases.release(self.engine, held, owner=self.instance_id, now=self.store.clock())
+            except SQLAlchemyError:
+                _log.warning("could not release %d lease(s); they will expire", len(held))
+
+    def forget_claimed_foreign_jobs(self) -> None:
+        """Foreign jobs leave Pending once the legacy scheduler takes them; forget those, so the
+        claim query's exclusion list stays as short as the foreign backlog."""
+        self._foreign = leases.still_pending(self.engine, self._foreign)
+
+    def _is_ours(self, job_id: int, clp_config: bytes) -> bool:
+        try:
+            ours = peek_input_type(clp_config) == S3_OBJECT_METADATA
+        except Exception as error:
+            # Whatever a blob holds, failing to classify it makes the job undecodable (the
+            # embedded default rejects it, a coordinator of a CLP deployment never writes it);
+            # it never escapes into the claim.
+            if not isinstance(error, UndecodableJobConfig):
+                _log.warning("unclassifiable job config: %r", error, extra=job_fields(job_id, None))
+            ours = self.owns_undecodable_jobs
+        else:
+            why = self._why_left(clp_config) if ours else None
+            if why is not None:  # logged once: the job joins _foreign and is not looked at again
+                ours = False
+                _log.warning("%s", why, extra=job_fields(job_id, None))
+        if not ours:
+            self._foreign.add(job_id)
+        return ours
+
+    def _why_left(self, clp_config: bytes) -> str | None:
+        """Why an ``s3_object_metadata`` job is left to others (``leaves_job``), or ``None``.
+
+        When ``leaves_job`` fails, the job is left: it is not known to be this coordinator's.
+        """
+        if self.leaves_job is None:
+            return None
+        try:
+            return self.leaves_job(clp_config)
+        except Exception as error:
+            return f"left Pending: cannot tell where its objects are ({error!r})"

@@ -1,0 +1,229 @@
+"""The outcome handler: poll Spider, react to its final word, settle the archives.
+
+Each in-flight job is polled when due, backing off from ``result_polling.init`` to ``max``; a Ready
+job (recorded, never started) is started. When Spider's state is terminal, or Spider no longer
+knows the job, the row is read and the reaction looked up in
+``coordinator.lifecycle.reactions.REACTIONS`` (the table, generated, is in ``docs/lifecycle.md``).
+Then the archives of the ended job are settled (``coordinator.service.cleanup``): whoever ended it,
+a Failed or Killed job keeps nothing published and no stored file, a Succeeded job keeps exactly
+what it published. A periodic sweep repeats this for late task instances, and hourly the archive
+storage is reconciled on a thread of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from coordinator.archive_storage import ArchiveOutputSettings
+from coordinator.config.clp import CompressionCoordinator
+from coordinator.lifecycle import GIVING_UP, IN_FLIGHT_STATUSES, JobStatus, Outcome, reaction_to
+from coordinator.service.cleanup import (
+    RECONCILE_INTERVAL_SECS,
+    log_reconciliation,
+    settle_archives,
+    settle_unattributed_archives,
+    terminal_jobs_with_stored_archives,
+)
+from coordinator.service.crashpoints import crashpoint
+from coordinator.service.driven import Clock, Driven, DrivenJob, Mover
+from coordinator.service.logs import LOOP_LOGGER, job_fields
+from coordinator.spider.port import (
+    JobNotFound,
+    JobState,
+    SpiderError,
+    SpiderPort,
+    cancel_if_safe,
+    start_if_ready,
+)
+from coordinator.store import leases
+from coordinator.store.database import is_transient
+from coordinator.store.jobs import JobStore, job_state
+
+_log = logging.getLogger(LOOP_LOGGER)
+
+SWEEP_INTERVAL_SECS = 60.0
+
+_OUTCOMES = {
+    JobState.SUCCEEDED: Outcome.SUCCEEDED,
+    JobState.FAILED: Outcome.FAILED,
+    JobState.CANCELLED: Outcome.CANCELLED,
+}
+
+
+class OutcomeHandler:
+    """Polls the driven in-flight jobs and concludes them."""
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        driven: Driven,
+        mover: Mover,
+        spider: SpiderPort,
+        settings: CompressionCoordinator,
+        archive_output: ArchiveOutputSettings,
+        cleanup_task: bool,
+        monotonic: Clock,
+    ) -> None:
+        self.store = store
+        self.engine = store.engine
+        self.driven = driven
+        self.mover = mover
+        self.spider = spider
+        self.settings = settings
+        self.archive_output = archive_output
+        self.cleanup_task = cleanup_task
+        self._monotonic = monotonic
+        self._next_sweep = 0.0
+        self._next_reconcile: float | None = None
+        self._reconciler: threading.Thread | None = None
+
+    def poll(self, job: DrivenJob) -> bool:
+        """Poll one in-flight job; whether it concluded (and is no longer driven).
+
+        A Spider error is not an outcome: the job backs off and is polled again. Raises the
+        driver's errors when the database fails while concluding.
+        """
+        assert job.spider_id is not None
+        try:
+            state: JobState | None = self.spider.get_job_state(job.spider_id)
+        except JobNotFound:
+            state = None
+        except SpiderError as error:
+            _log.warning("Spider unavailable: %s", error, extra=job.log())
+            self._back_off(job)
+            return False
+        if state is JobState.READY:
+            try:
+                start_if_ready(self.spider, job.spider_id)
+            except SpiderError as error:
+                _log.warning("StartJob failed: %s", error, extra=job.log())
+            self._back_off(job)
+            return False
+        if state is not None and not state.is_terminal:
+            self._back_off(job)
+            return False
+        crashpoint("finalising")
+        self._conclude(job, state)
+        return True
+
+    def _back_off(self, job: DrivenJob) -> None:
+        job.next_poll = self._monotonic() + job.backoff_ms / 1000
+        job.backoff_ms = min(job.backoff_ms * 2, self.settings.result_polling.max_backoff_millisecs)
+
+    def _conclude(self, job: DrivenJob, state: JobState | None) -> None:
+        row = self.store.get(job.job_id)
+        try:
+            current = None if row is None else job_state(row)
+        except ValueError:
+            current = None  # a status no one defines: another writer's, left as it is
+        if current is None:
+            self.driven.pop(job.job_id, None)  # gone, or a status no one defines: left alone
+        else:
+            job.status = current
+            outcome = self._outcome(job, state)
+            reaction = reaction_to(outcome, current)
+            moves = reaction.trigger is not None
+            error = self._spider_error(job) if moves and outcome is Outcome.FAILED else ""
+            self.mover.react(job, reaction, error=error)
+        self.clean_up(job)
+
+    def _outcome(self, job: DrivenJob, state: JobState | None) -> Outcome:
+        if state is None:
+            return Outcome.UNKNOWN
+        if state is JobState.SUCCEEDED and self._cancel_left_to_the_outcome(job):
+            return Outcome.CANCEL_HONOURED
+        return _OUTCOMES[state]
+
+    def _cancel_left_to_the_outcome(self, job: DrivenJob) -> bool:
+        """Whether an operator's cancel waits for Spider's outcome: the graph has no cleanup task,
+        so a started job was never sent CancelJob (``cancel_if_safe``) and ran to its end."""
+        if job.status not in IN_FLIGHT_STATUSES:
+            return False
+        return not self.cleanup_task and bool(leases.cancel_requests(self.engine, [job.job_id]))
+
+    def _spider_error(self, job: DrivenJob) -> str:
+        assert job.spider_id is not None
+        try:
+            return self.spider.get_job_error(job.spider_id)
+        except SpiderError as error:
+            return f"<failed to fetch job error: {error}>"
+
+    def give_up(self, job: DrivenJob, message_fields: dict[str, object]) -> None:
+        """End ``job`` Failed from whatever state it is in (``GIVING_UP``); a Running job's
+        Spider job is cancelled first. Raises the driver's errors."""
+        reaction = GIVING_UP.get(job.status)
+        if reaction is None:
+            self.driven.pop(job.job_id, None)
+            return
+        if job.status is JobStatus.RUNNING:
+            assert job.spider_id is not None
+            try:
+                cancel_if_safe(self.spider, job.spider_id, cleanup_task=self.cleanup_task)
+            except SpiderError as error:
+                _log.warning("could not cancel the Spider job: %s", error, extra=job.log())
+        self.mover.react(job, reaction, **message_fields)
+        self.clean_up(job)
+
+    def clean_up(self, job: DrivenJob) -> None:
+        """Settle the archives of a job that just ended; the sweep retries what fails here.
+
+        A database outage is raised, so the tick fails and the loop logs the outage once.
+        """
+        if job.spider_id is None:
+            return
+        try:
+            settled = settle_archives(self.engine, job.job_id, self.archive_output)
+        except SQLAlchemyError as error:
+            if is_transient(error):
+                raise
+            _log.exception("clean-up failed; the sweep will retry", extra=job.log())
+            return
+        if settled.removed:
+            _log.info("removed %d unpublished archive(s)", settled.removed, extra=job.log())
+
+    def sweep_due(self) -> bool:
+        """Whether a sweep is due now (every ``SWEEP_INTERVAL_SECS``); schedules the next one."""
+        now = self._monotonic()
+        if now < self._next_sweep:
+            return False
+        self._next_sweep = now + SWEEP_INTERVAL_SECS
+        return True
+
+    def sweep(self) -> None:
+        """Settle the archives of ended jobs this loop did not conclude, and start the hourly
+        reconciliation when it is due. Raises the driver's errors."""
+        grace = self.store.clock() - timedelta(seconds=SWEEP_INTERVAL_SECS)
+        for job_id in terminal_jobs_with_stored_archives(self.engine, grace):
+            if job_id in self.driven:
+                continue
+            settled = settle_archives(self.engine, job_id, self.archive_output)
+            if settled.removed:
+                _log.info(
+                    "sweep removed %d archive(s)", settled.removed, extra=job_fields(job_id, None)
+                )
+        orphans = settle_unattributed_archives(self.engine, self.archive_output, grace)
+        if orphans:
+            _log.info("sweep removed %d archive(s) no job can publish any more", orphans)
+        self._reconcile(self._monotonic())
+
+    def _reconcile(self, now: float) -> None:
+        """Every hour (the first a sweep interval after the start), list the archive storage and
+        log one line about entries without a record, on a thread of its own: a large bucket must
+        not hold up the loop (leases, polls)."""
+        if self._next_reconcile is None:
+            self._next_reconcile = now + SWEEP_INTERVAL_SECS
+        if now < self._next_reconcile or (self._reconciler and self._reconciler.is_alive()):
+            return
+        self._next_reconcile = now + RECONCILE_INTERVAL_SECS
+        self._reconciler = threading.Thread(
+            target=log_reconciliation,
+            args=(self.engine, self.archive_output),
+            name="archive reconciliation",
+            daemon=True,
+        )
+        self._reconciler.start()

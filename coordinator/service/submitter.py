@@ -1,0 +1,240 @@
+"""The submitter: a claimed Pending job becomes a Spider job, state first.
+
+For each claimed Pending job: prepare it (objects, partitions, graph; a job that can never run ends
+Failed with the reason), create the dataset's tables, RegisterJob, record ``spider_id`` with
+Pending → Running in one guarded transition, and only then StartJob. If the record fails, the
+registered Spider job is abandoned Ready, never started, so nothing runs untracked
+(``cancel_if_safe`` never cancels a Ready job: with a cleanup task that is fatal). A Pending row
+that already records a Spider job is never registered again: it ends by the ``abandoned`` edge.
+
+RegisterJob is not retried within a call: after an ambiguous failure the job stays Pending and is
+registered anew on a later tick; a registration that did happen stays an orphan Ready job in
+Spider, which Spider tolerates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from sqlalchemy.exc import DBAPIError
+
+from coordinator.config.clp import CompressionCoordinator
+from coordinator.lifecycle import Actor, JobStatus, Trigger
+from coordinator.service.crashpoints import crashpoint
+from coordinator.service.driven import Clock, Driven, DrivenJob, Mover
+from coordinator.service.logs import LOOP_LOGGER
+from coordinator.service.prepare import JobRejected, PreparedJob, prepare
+from coordinator.service.resource_group import ResourceGroup, ResourceGroupUnavailable
+from coordinator.spider.port import (
+    InvalidArgument,
+    JobNotFound,
+    JobState,
+    SpiderError,
+    SpiderPort,
+    Unauthenticated,
+    cancel_if_safe,
+    start_if_ready,
+)
+from coordinator.store import leases
+from coordinator.store.database import is_transient
+from coordinator.store.datasets import ensure_dataset_tables
+from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
+from coordinator.store.jobs import JobStore
+
+_log = logging.getLogger(LOOP_LOGGER)
+
+CANCELLED_BEFORE_SUBMISSION = "Cancelled by an operator before submission."
+RECORDED_SPIDER_JOB = (
+    "Compression job failed: the Pending job already records Spider job {spider_id}, so it is "
+    "not submitted again; {outcome}."
+)
+RECORDED_SPIDER_JOB_STATES = {
+    # What became of the recorded Spider job (cancel_if_safe's answer), for the message.
+    JobState.READY: "it was never started and is left so",
+    JobState.COMMIT_READY: "it is committing and is left to finish",
+    JobState.CLEANUP_READY: "it is being cancelled",
+    JobState.CANCELLED: "it is cancelled",
+    JobState.SUCCEEDED: "it had already succeeded",
+    JobState.FAILED: "it had already failed",
+}
+
+
+def retry_later(job: DrivenJob, why: str, monotonic: Clock) -> None:
+    """An outage: the job's next attempt waits, without limit (no attempt is counted)."""
+    _log.warning(why, extra=job.log())
+    job.retry_submit_at = monotonic() + max(1.0, job.backoff_ms / 1000)
+
+
+class Submitter:
+    """Prepares, registers, records and starts claimed Pending jobs."""
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        driven: Driven,
+        mover: Mover,
+        spider: SpiderPort,
+        resource_group: ResourceGroup,
+        settings: CompressionCoordinator,
+        cleanup_task: bool,
+        instance_id: str,
+        attempt_failed: Callable[[DrivenJob, str], None],
+        monotonic: Clock,
+    ) -> None:
+        self.store = store
+        self.engine = store.engine
+        self.driven = driven
+        self.mover = mover
+        self.spider = spider
+        self.resource_group = resource_group
+        self.settings = settings
+        self.cleanup_task = cleanup_task
+        self.instance_id = instance_id
+        self._attempt_failed = attempt_failed
+        self._monotonic = monotonic
+
+    def submit(self, job: DrivenJob) -> None:
+        """Submit ``job`` (or end it, when it never can run). Raises the driver's errors."""
+        if job.spider_id is not None:
+            self._end_recorded_submission(job)
+            return
+        prepared = self._prepare(job)
+        if prepared is None:
+            return
+        spider_id = self._register(job, prepared)
+        if spider_id is None:
+            return
+        crashpoint("registered")
+        self._record_and_start(job, prepared, spider_id)
+
+    def _prepare(self, job: DrivenJob) -> PreparedJob | None:
+        """The job's submission, or ``None`` when it was cancelled, rejected or must wait."""
+        if leases.cancel_requests(self.engine, [job.job_id]):
+            # Asked before this coordinator claimed it (or since): never submit it.
+            self.mover.move(job, Trigger.CANCELLED, JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION)
+            return None
+        try:
+            prepared = prepare(
+                self.engine, job.clp_config, self.settings, cleanup_task=self.cleanup_task
+            )
+        except JobRejected as rejection:
+            self.mover.move(job, Trigger.REJECTED, JobStatus.FAILED, str(rejection))
+            return None
+        try:
+            ensure_dataset_tables(self.engine, prepared.dataset)
+        except DBAPIError as error:
+            why = f"cannot create the tables of dataset {prepared.dataset}: {error}"
+            if is_transient(error):
+                retry_later(job, why, self._monotonic)
+            else:
+                self._attempt_failed(job, why)
+            return None
+        return prepared
+
+    def _register(self, job: DrivenJob, prepared: PreparedJob) -> int | None:
+        """The new Spider job's id, or ``None`` when the job was rejected or must wait."""
+        submission = prepared.submission
+        try:
+            return self.spider.register_job(
+                self.resource_group.id(),
+                submission.compressed_task_graph(),
+                submission.compressed_inputs(),
+            )
+        except InvalidArgument as error:
+            message = f"Compression job failed: Spider rejected the task graph: {error}"
+            self.mover.move(job, Trigger.REJECTED, JobStatus.FAILED, message)
+        except Unauthenticated:
+            self.resource_group.invalidate()  # Spider's storage was reset (H11)
+            retry_later(
+                job,
+                "Spider does not know the resource group; registering it again",
+                self._monotonic,
+            )
+        except ResourceGroupUnavailable as error:
+            retry_later(job, f"cannot submit yet: {error}", self._monotonic)
+        except SpiderError as error:
+            # Not retried: the call may have registered the job (see the module docstring).
+            retry_later(job, f"RegisterJob failed, the job stays Pending: {error}", self._monotonic)
+        return None
+
+    def _record_and_start(self, job: DrivenJob, prepared: PreparedJob, spider_id: int) -> None:
+        job.spider_id = spider_id
+        result = self.store.transition(
+            TransitionRequest(
+                job.job_id,
+                Trigger.SUBMITTED,
+                JobStatus.PENDING,
+                JobStatus.RUNNING,
+                Actor.COORDINATOR,
+                reason=(
+                    f"{prepared.num_objects} object(s) in {prepared.num_tasks} task(s), "
+                    f"Spider job {spider_id}"
+                ),
+                actor_id=self.instance_id,
+                spider_id=spider_id,
+                num_tasks=prepared.num_tasks,
+                fence=job.epoch,
+            )
+        )
+        if not isinstance(result, Applied):
+            self._abandon_registration(job, spider_id, result)
+            return
+        crashpoint("submitted")
+        job.status = JobStatus.RUNNING
+        _log.info("submitted: %d task(s)", prepared.num_tasks, extra=job.log())
+        try:
+            start_if_ready(self.spider, spider_id)
+        except SpiderError as error:
+            _log.warning("StartJob failed; polling will retry: %s", error, extra=job.log())
+        crashpoint("started")
+        job.next_poll = self._monotonic() + job.backoff_ms / 1000
+
+    def _abandon_registration(
+        self, job: DrivenJob, spider_id: int, result: TransitionResult
+    ) -> None:
+        _log.warning(
+            "recording the submission failed (%s); cancelling Spider job %d",
+            result,
+            spider_id,
+            extra=job.log(),
+        )
+        try:
+            cancel_if_safe(self.spider, spider_id, cleanup_task=self.cleanup_task)
+        except SpiderError as error:
+            _log.error(
+                "could not cancel orphan Spider job %d: %s", spider_id, error, extra=job.log()
+            )
+        if (
+            isinstance(result, LostRace)
+            and result.state is JobStatus.PENDING
+            and result.spider_id is not None
+            and result.lease_epoch == job.epoch
+        ):
+            # Another writer put a Spider id on the row: a race that would be lost on every
+            # attempt, so the job is never registered again but ended (next advance).
+            job.spider_id = result.spider_id
+            return
+        job.spider_id = None
+        self.driven.pop(job.job_id, None)
+
+    def _end_recorded_submission(self, job: DrivenJob) -> None:
+        """End a Pending job whose row already records a Spider job, cancelling that job first.
+
+        Never registers anything. A Spider outage leaves the job for a later tick.
+        """
+        assert job.spider_id is not None
+        spider_id = job.spider_id
+        try:
+            state = cancel_if_safe(self.spider, spider_id, cleanup_task=self.cleanup_task)
+        except JobNotFound:
+            outcome = "Spider does not know it"
+        except SpiderError as error:
+            why = f"cannot cancel recorded Spider job {spider_id} yet: {error}"
+            retry_later(job, why, self._monotonic)
+            return
+        else:
+            outcome = RECORDED_SPIDER_JOB_STATES.get(state, f"it is {state.name.lower()}")
+        message = RECORDED_SPIDER_JOB.format(spider_id=spider_id, outcome=outcome)
+        self.mover.move(job, Trigger.ABANDONED, JobStatus.FAILED, message)
