@@ -160,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=PROJECT_ROOT / "docs",
         help="where docs/lifecycle.md (the generated tables) goes",
     )
+    diagrams.add_argument(
+        "--readme",
+        type=Path,
+        default=PROJECT_ROOT / "README.md",
+        help="the README whose lifecycle diagram (between its markers) is generated",
+    )
     command("lifecycle", _lifecycle, "print the job state machine: edges, actors, reasons")
     archives = command(
         "archives", _archives, "list archive storage entries that have no archive record"
@@ -410,7 +416,7 @@ def _print_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
 def _diagrams(args: argparse.Namespace) -> int:
     output: Path = args.output
     if args.check:
-        problems = lifecycle_diagrams.check(output, args.docs)
+        problems = lifecycle_diagrams.check(output, args.docs, args.readme)
         for problem in problems:
             print(f"out of date: {problem}", file=sys.stderr)
         if problems:
@@ -418,7 +424,7 @@ def _diagrams(args: argparse.Namespace) -> int:
             return 1
         print(f"{output}, {args.docs}: diagrams and tables match the lifecycle definition")
         return 0
-    for path in lifecycle_diagrams.write(output, args.docs):
+    for path in lifecycle_diagrams.write(output, args.docs, args.readme):
         print(f"wrote {path}")
     return 0
 
