@@ -17,9 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-# Re-exported explicitly (`as`) only while coordinator/service/coordinator.py still imports it from
-# here; once that imports coordinator.archive_storage, this becomes a plain import (issue 12).
-from coordinator.archive_storage import ArchiveOutputSettings as ArchiveOutputSettings  # noqa: PLC0414
+from coordinator.archive_storage import ArchiveOutputSettings
 from coordinator.lifecycle.storage import DEFAULT_COMMITTED_STORAGE, CommittedStorage
 
 WORKER_SETTINGS_ENV = "COORDINATOR_WORKER_SETTINGS"
