@@ -1,10 +1,10 @@
 """The job config stored in ``compression_jobs.clp_config``: zstd over named msgpack.
 
-Format (``clp-contract.md`` §3, §4; vector ``vectors/clp_io_config.json``): the ``ClpIoConfig``
+Format (``docs/clp.md``, The job config; vector ``vectors/clp_io_config.json``): the ``ClpIoConfig``
 struct as a msgpack **map** (field names as keys, ``rmp_serde::to_vec_named``), compressed with
 zstd level 3 with the content size in the frame header.
 
-Who writes what (§4.3), and what the coordinator does with it (hazard H1):
+Who writes what, and what the coordinator does with it (hazard H1, ``docs/hazards.md``):
 
 * log-ingestor: ``type: "s3_object_metadata"`` with every key. The only input the coordinator runs.
 * CLP's Python CLI: ``fs`` or ``s3`` **without** ``type`` (pydantic ``exclude_unset``).
@@ -44,8 +44,9 @@ The error text is serde's for the same failure, prefixed with the field's path
 (``ClpIoConfig.input.s3_object_metadata.bucket: invalid value: string "", expected a string with a
 length of more than 0``); the service prefixes it with ``Failed to deserialize CLP I/O config: ``,
 the status message CLP's Rust coordinator writes for a config it cannot decode (``Coordinator::run``
-and start-up recovery, ``clp-contract.md`` §11.2 step 8 and §11.3; that crate is not in
-``../shared/reference/clp-upstream``). Where Rust reports only the first error, so does this.
+and start-up recovery in CLP's ``components/compression-coordinator``; ``docs/clp.md``, CLP's
+Rust coordinator; that crate was not among the sources the rules above were checked against).
+Where Rust reports only the first error, so does this.
 
 Nothing a blob holds raises anything but ``UndecodableJobConfig`` from this module: a row's content
 must never stop the service.

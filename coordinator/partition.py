@@ -2,21 +2,21 @@
 
 CLP's coordinator decides which objects each ``clp-s`` task compresses with its
 ``CompressionInputBuilder``; this module makes the same decisions, so a job is cut into the same
-partitions whichever coordinator runs it. The rules come from ``clp-contract.md §7`` (the error
-texts from §11.4) and are pinned by ``vectors/partition.json``:
+partitions whichever coordinator runs it. The rules are in ``docs/clp.md`` (Partitioning; the
+error texts under CLP's Rust coordinator) and are pinned by ``vectors/partition.json``:
 
-* **Input** (§7.1, §7.2 step 1). The requested metadata ids must be non-empty and distinct. The
+* **Input**. The requested metadata ids must be non-empty and distinct. The
   objects are taken in ascending id order; each must exist for the job's ingestion job, have a
   non-empty bucket and key, be in the job's bucket, and have a key that starts with the job's key
   prefix (a plain string prefix). Checks run per object in that order, objects in id order, so the
   first failure is the one CLP reports. The messages are CLP's, without the
   ``Compression job failed: `` prefix that the service adds.
-* **Estimate** (§7.2). An object's uncompressed size is guessed from its key's suffix, ignoring
+* **Estimate**. An object's uncompressed size is guessed from its key's suffix, ignoring
   ASCII case: ``.gz``, ``.gzip``, ``.tgz`` mean ×13, otherwise ``.zst`` means ×8, anything else
   (``.zstd`` included) counts its raw size.
-* **Buffering** (§7.2). Objects are buffered with the running total of their estimates. When the
+* **Buffering**. Objects are buffered with the running total of their estimates. When the
   total reaches twice the target archive size, a partitioning pass runs at once.
-* **A pass** (§7.3). The buffer is grouped by file name: the key's last path component as Rust's
+* **A pass**. The buffer is grouped by file name: the key's last path component as Rust's
   ``Path::file_name`` sees it (trailing ``/`` and ``.`` components ignored), or the whole key when
   that is ``..`` or absent. The buffer is sorted stably by that name (code-point order), and a file
   joins the current group while its name's normalized Levenshtein similarity to the previous name
@@ -26,10 +26,10 @@ texts from §11.4) and are pinned by ``vectors/partition.json``:
   the buffered total is at least the target, or until nothing is left on the final flush. Files a
   pass leaves go back to the buffer in the round-robin's current group order and are regrouped
   with the objects added after them by the next pass.
-* **Output** (§7.3, §7.4). Every partition in emission order, none empty. A job that yields no
+* **Output**. Every partition in emission order, none empty. A job that yields no
   partition fails.
 
-One departure: a target archive size below 1 is refused. CLP's pass never ends on 0 (§7.4).
+One departure: a target archive size below 1 is refused. CLP's pass never ends on 0.
 
 CLP re-sorts and regroups its whole buffer on every pass; ``PartitionBuilder`` keeps the buffer
 grouped between passes and regroups only around what changed, which gives the same partitions
@@ -49,7 +49,7 @@ from typing import Generic, NamedTuple, Self, TypeVar
 from rapidfuzz.distance import Levenshtein
 
 FETCH_BATCH_SIZE = 1000
-"""Requested ids are fetched from ``ingested_s3_object_metadata`` this many at a time (§7.1), which
+"""Requested ids are fetched from ``ingested_s3_object_metadata`` this many at a time, which
 keeps each ``IN (…)`` list well inside MySQL's placeholder limit."""
 
 SIMILAR_NAME_THRESHOLD = 0.6
@@ -70,7 +70,7 @@ T = TypeVar("T")
 class InvalidJobInput(ValueError):
     """A job's input that CLP's coordinator would refuse; ``str(error)`` says why, in CLP's words.
 
-    The text is what follows ``Compression job failed: `` in ``status_msg`` (§11.4).
+    The text is what follows ``Compression job failed: `` in ``status_msg`` (``docs/clp.md``).
     """
 
 

@@ -1,7 +1,7 @@
 """Rust ``serde`` + ``rmp_serde`` compatible structs, as pydantic models.
 
-CLP's Rust side encodes the same structs two ways (``spider-contract.md`` §10,
-``clp-contract.md`` §3 and §8):
+CLP's Rust side encodes the same structs two ways (``docs/spider.md``, Positional msgpack;
+``docs/clp.md``, The job config and Task inputs and outputs):
 
 * ``rmp_serde::to_vec`` (task inputs and outputs): a struct is a **positional array** of its
   fields in declaration order, ``None`` is nil, an internally tagged enum is ``[tag, fields…]``,

@@ -1,7 +1,7 @@
 """The values CLP's Spider tasks take and return: the task I/O wire format.
 
 Each value is one msgpack payload, byte for byte what CLP's Rust types produce through
-``rmp_serde::to_vec`` (``clp-contract.md`` §8, ``spider-contract.md`` §10; vectors in
+``rmp_serde::to_vec`` (``docs/clp.md``, Task inputs and outputs; ``docs/spider.md``; vectors in
 ``vectors/task_io.json``). Field order is part of the contract:
 
 ==========================  ==================================================================

@@ -1,6 +1,6 @@
 """moto's S3 server in this process: the S3 endpoint of the tests that need one.
 
-``ThreadedMotoServer`` on 127.0.0.1 and a free port (``database-notes.md`` §11). clp-s reaches it
+``ThreadedMotoServer`` on 127.0.0.1 and a free port (moto 5's in-process server). clp-s reaches it
 with path-style URLs ``http://127.0.0.1:<port>/<bucket>/<key>``; leave ``region_code`` unset for
 this endpoint, since CLP would prepend the region to the IP address. moto does not check
 signatures, so any credentials are accepted.

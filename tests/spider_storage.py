@@ -12,7 +12,7 @@ A binary that should run but does not start or answer always fails its tests, na
 
 The service is the storage server alone (no scheduler, no execution manager): nothing executes.
 ``StandInExecutionManager`` plays an execution manager's part over Spider's internal services
-(``spider-contract.md`` §7.2, which the coordinator's stubs carry too): it takes the ready tasks
+(``docs/spider.md``, gRPC surface; the coordinator's stubs carry them too): it takes the ready tasks
 off the inbound queue,
 registers task instances and reports their successes and failures, so tests can bring a job to
 ``CommitReady``, ``Succeeded`` or ``Failed`` on the real server without running any task.
@@ -341,7 +341,7 @@ class StandInExecutionManager:
     """An execution manager that runs nothing: it registers itself with the storage service, takes
     ready tasks off its inbound queue (as the scheduler would), registers a task instance for one
     and reports the instance's success (with given output payloads) or failure (with a message),
-    through Spider's internal services (``spider-contract.md`` §7.2). Calls raise
+    through Spider's internal services (``docs/spider.md``, gRPC surface). Calls raise
     ``grpc.RpcError``; each waits (10 s at most) for the service to be reachable."""
 
     _LANES: ClassVar[dict[str, str]] = {

@@ -15,7 +15,8 @@ The readers are transcribed from CLP's sources (commit e00317e3), their SQL verb
   ``CompressionJobStatus`` of
   ``components/job-orchestration/job_orchestration/scheduler/constants.py``
 * the legacy scheduler's start-up kill (``scheduler/utils.py::kill_hanging_jobs``, described in
-  ``clp-contract.md``: every RUNNING compression job becomes KILLED, ``duration = 0``).
+  ``docs/clp.md``, The legacy scheduler: every RUNNING compression job becomes KILLED,
+  ``duration = 0``).
 """
 
 from __future__ import annotations

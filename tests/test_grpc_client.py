@@ -1,4 +1,4 @@
-"""``GrpcSpider`` and the gRPC server (``spider-contract.md`` §7.3–§7.5, §13), on 127.0.0.1 only.
+"""``GrpcSpider`` and the gRPC server (``docs/spider.md``, gRPC surface), on 127.0.0.1 only.
 
 Against a scripted fake of Spider's storage server: every status code maps to the port error
 Spider's Rust client raises, only UNAVAILABLE is retried (and never RegisterJob), the back-off is
@@ -69,7 +69,7 @@ CALLS: dict[str, Callable[[GrpcSpider], Any]] = {
     "VerifyResourceGroup": lambda spider: spider.verify_resource_group(1, b"rg"),
 }
 
-# §7.4, written out independently of the client's own tables.
+# docs/spider.md, Client behaviour, written out independently of the client's own tables.
 JOB_ERRORS: dict[grpc.StatusCode, type[SpiderError]] = {
     grpc.StatusCode.NOT_FOUND: JobNotFound,
     grpc.StatusCode.FAILED_PRECONDITION: InvalidJobState,
@@ -513,7 +513,7 @@ def test_a_job_runs_to_success_through_grpc(served: tuple[EmbeddedSpider, GrpcSp
     with pytest.raises(ServerError, match="storage service internal error"):
         remote.start_job(job_id)  # not idempotent: INTERNAL for a started job still cached
     assert start_if_ready(remote, job_id) is JobState.SUCCEEDED
-    # Outputs over 1 KiB travel zstd-compressed (§11.3).
+    # Outputs over 1 KiB travel zstd-compressed (docs/spider.md, Wire formats).
     large = bytes(range(256)) * 16
     job_id = submit(remote, group, graph(task("echo"), commit=False), [large])
     remote.start_job(job_id)

@@ -1,8 +1,8 @@
 """The coordinator's protocol definition is Spider's, descriptor for descriptor (issue 11).
 
 Spider's own ``.proto`` files (``shared/reference/spider-upstream/components/spider-proto``, beside
-the checkout) are compiled at test time with ``grpc_tools.protoc``, exactly as §7 of
-``spider-contract.md`` says Spider's Python stubs are generated (``-I components/spider-proto``).
+the checkout) are compiled at test time with ``grpc_tools.protoc``, exactly as Spider's Python
+stubs are generated (``-I components/spider-proto``; ``docs/spider.md``, gRPC surface).
 The ``FileDescriptorProto`` each generated ``_pb2`` module registers is compared, file by file,
 message by message and service by service, with the coordinator's; then both sets of stubs are
 loaded into one process.
@@ -54,7 +54,7 @@ COORDINATOR_MODULES = {
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Python stubs generated from every one of Spider's ``.proto`` files, as Spider's §7 says
+    """Python stubs generated from every one of Spider's ``.proto`` files, as Spider generates them
     (top-level ``common``, ``storage``, ``scheduler`` packages); the output directory."""
     assert SPIDER_PROTO.is_dir(), f"Spider's protocol sources {SPIDER_PROTO} are missing"
     output = tmp_path_factory.mktemp("spider-stubs")

@@ -1,4 +1,4 @@
-"""Spider's gRPC protocol on the wire (``spider-contract.md`` §7.1, §11.3).
+"""Spider's gRPC protocol on the wire (``docs/spider.md``, gRPC surface and Wire formats).
 
 Every request and response type is pinned to bytes computed by hand from protobuf's encoding (tag
 = field number << 3 | wire type; varints little-endian in 7-bit groups; length-delimited fields as
@@ -25,7 +25,7 @@ U64_MAX = 2**64 - 1
 OUTPUTS_EXAMPLE = bytes.fromhex(
     "00" "01000000" "13000000" "92a764656661756c749195a36162630a142864"
 )  # fmt: skip
-"""§11.3's one-output example: option byte 0, a frame of one 19-byte payload."""
+"""``docs/spider.md``'s one-output example: option byte 0, a frame of one 19-byte payload."""
 
 VECTORS: list[tuple[str, Any, str]] = [
     (
@@ -76,7 +76,7 @@ VECTORS: list[tuple[str, Any, str]] = [
         "",
     ),
     (
-        "JobOutputsResponse, §11.3's example",
+        "JobOutputsResponse, the one-output example",
         storage_pb2.JobOutputsResponse(serialized_outputs=OUTPUTS_EXAMPLE),
         "0a 1c  00 01000000 13000000 92a764656661756c749195a36162630a142864",
     ),
@@ -203,7 +203,7 @@ SPIDER_SERVICES = [
     "SessionManagementService",
 ]
 """Every service of Spider's ``storage.proto``, in its order: the file is Spider's whole file
-(test_grpc_upstream.py compares it with Spider's), the internal services included (§7.2)."""
+(test_grpc_upstream.py compares it with Spider's), the internal services included."""
 
 
 def test_services_and_methods_match_the_reference() -> None:

@@ -3,7 +3,7 @@
 Every blob is built here with ``msgpack`` and ``zstandard`` directly (or literal bytes), never
 with the encoder under test. Each rule test names the upstream source it follows:
 ``clp-rust-utils/src/serde/zstd_msgpack.rs`` (ZM), ``job_config/clp_io_config.rs`` (IO) and
-``clp_config/s3_config.rs`` (S3) in ``../shared/reference/clp-upstream/components/``. The expected
+``clp_config/s3_config.rs`` (S3) in CLP's source, ``components/``. The expected
 messages are serde's (and rmp_serde's) own, as CLP's structs built with serde 1.0 and rmp-serde
 1.3.1 report them, prefixed with the field's path.
 """
@@ -559,7 +559,7 @@ def test_unknown_fields_are_ignored_everywhere() -> None:
 
 
 def test_the_failed_status_message_is_produced_at_decode_time() -> None:
-    """The shape CLP's Rust coordinator writes (``clp-contract.md`` §11.3): ``Failed to
+    """The shape CLP's Rust coordinator writes (``docs/clp.md``): ``Failed to
     deserialize CLP I/O config: {e}``, from ``prepare`` before anything else is looked at."""
     blob = _blob(_config(key_prefix=""))
     with pytest.raises(JobRejected) as rejected:

@@ -2,7 +2,7 @@
 
 ``hypothesis`` writes programs of steps against the real store (a SQLite file, migrated), real
 ``Coordinator`` replicas sharing it, and ``SimSpider``: a Spider that follows Spider's job states
-and call rules (``spider-contract.md``), whose task effects are the real ones — a compress instance
+and call rules (``docs/spider.md``), whose task effects are the real ones — a compress instance
 writes an archive file and records it as the compress task does, a commit instance runs the real
 ``publish_archives`` — but whose timing the program chooses: which task instance runs when, a lost
 success report, a late duplicate instance, Spider failing or cancelling a job, a reset of Spider's

@@ -1,4 +1,4 @@
-"""Fitting operator messages into status_msg: length and character set (hazard H7)."""
+"""Fitting operator messages into status_msg: length and character set (H7, docs/hazards.md)."""
 
 from __future__ import annotations
 

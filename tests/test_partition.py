@@ -1,4 +1,4 @@
-"""Partitioning S3 objects into compression-task inputs as CLP does (clp-contract.md §7)."""
+"""Partitioning S3 objects into compression-task inputs as CLP does (docs/clp.md, Partitioning)."""
 
 from __future__ import annotations
 
@@ -544,7 +544,7 @@ def _reference_file_name(key: str) -> str:
 
 
 def _reference_partitions(objects: list[tuple[str, int]], target: int) -> list[list[str]]:
-    """A plain transcription of clp-contract.md §7.2-7.3, written for clarity, not speed."""
+    """A plain transcription of CLP's rules (docs/clp.md), written for clarity, not speed."""
     buffer: list[tuple[str, int]] = []
     total = 0
     emitted: list[list[str]] = []

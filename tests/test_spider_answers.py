@@ -215,11 +215,12 @@ def test_where_spider_would_shut_down_the_engine_answers_internal_and_carries_on
     port = answering.port
     # grpc.rs:380-387: a cache-layer internal error is answered INTERNAL, then Spider's storage
     # service cancels itself. The engine answers the same and changes nothing.
-    # §8: CancelJob of a Ready job with a cleanup task (the database refuses Ready → CleanupReady).
+    # docs/spider.md, Cancellation: CancelJob of a Ready job with a cleanup task (the database
+    # refuses Ready → CleanupReady).
     ready = answering.submit(task("echo"), cleanup=True)
     answering.refuses("CancelJob", ready, ServerError, grpc.StatusCode.INTERNAL, INTERNAL)
     assert port.get_job_state(ready) is JobState.READY
-    # §8: CancelJob of a CommitReady job without a cleanup task (CommitReady → Cancelled refused).
+    # Cancellation: CancelJob of a CommitReady job without a cleanup task (→ Cancelled refused).
     committing = answering.run(task("echo"), faults=(Fault("hard_timeout", task="commit"),))
     wait_for(port, committing, JobState.COMMIT_READY)
     answering.refuses("CancelJob", committing, ServerError, grpc.StatusCode.INTERNAL, INTERNAL)
@@ -296,13 +297,13 @@ def test_get_job_error_answers_only_for_a_failed_job(answering: Answering) -> No
 
 def test_an_in_task_failure_reads_as_spiders_execution_manager_writes_it() -> None:
     # runtime.rs:554-555: "in-task failure: " + String::from_utf8_lossy(rmp_serde(ExecutorError)),
-    # a task's error being TaskError(ExecutionError(message)) (spider-contract.md §6):
+    # a task's error being TaskError(ExecutionError(message)) (docs/spider.md, Job error messages):
     # 81 a9 "TaskError" 81 ae "ExecutionError" a9 "disk full", each byte that is no valid UTF-8
-    # becoming U+FFFD (§6: "��TaskError��ExecutionError�disk full").
+    # becoming U+FFFD ("��TaskError��ExecutionError�disk full").
     assert in_task_failure("disk full") == (
         "in-task failure: \ufffd\ufffdTaskError\ufffd\ufffdExecutionError\ufffddisk full"
     )
-    # 32 bytes or more: str8 (d9 <length>), whose length byte leaks (§6: 45 bytes → "-").
+    # 32 bytes or more: str8 (d9 <length>), whose length byte leaks (45 bytes → "-").
     message = "clp-s exited with exit status 2: input is bad"
     assert len(message.encode()) == 45
     assert in_task_failure(message) == (

@@ -124,7 +124,7 @@ def test_the_contracts_frame_example() -> None:
         ]
     )
     source_hex = TASK_IO["TASKIN_S3_INPUT_SOURCE_DEFAULT_HEX"]["hex"]
-    assert one_task.hex() == (  # spider-contract.md §11.2, one task
+    assert one_task.hex() == (  # docs/spider.md, Wire formats: one task
         "03000000"
         + "0b000000"
         + "94ce1200000003a27473c2"

@@ -1,11 +1,10 @@
 """The task-graph parser follows Spider's server rule by rule (issue 11).
 
 Each test decodes JSON text written by hand, zstd-compressed here with ``zstandard`` (not with the
-coordinator's encoder), and names the line of Spider's
-``components/spider-core/src/task/task_graph.rs`` (``../shared/reference/spider-upstream``) or the
-serde behaviour it follows. Every graph below was also registered with Spider's real storage
-service: the accepted ones were accepted there, the refused ones refused (INVALID_ARGUMENT);
-``test_task_graph_parity.py`` registers them, and more, with both on every run.
+coordinator's encoder), and names the line of ``components/spider-core/src/task/task_graph.rs`` in
+Spider's source or the serde behaviour it follows. Every graph below was also registered with
+Spider's real storage service: the accepted ones were accepted there, the refused ones refused
+(INVALID_ARGUMENT); ``test_task_graph_parity.py`` registers them, and more, with both on every run.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Spider's length-prefixed frames and zstd, read as Spider reads them, rule by rule.
 
 Every input is built here with ``struct``/literal bytes and ``zstandard`` directly, never with the
-encoders under test. The rules are Spider's (``../shared/reference/spider-upstream/components/``):
+encoders under test. The rules are Spider's (Spider's source, ``components/``):
 ``spider-utils/src/wire.rs`` (W) ``WireFrameBuilder::unframe_payloads``, and
 ``spider-core/src/compression.rs`` (C) ``decode_zstd_bytes`` = ``zstd::stream::decode_all``. Each
 was also checked against Spider's real storage service (``../shared/spider-storage``):

@@ -1,6 +1,6 @@
 """Storing, removing, listing and finding archives in the archive output (directory or S3 bucket).
 
-Mirrors CLP's compress task (``clp-contract.md`` §9, step 8) for S3: one PutObject per archive to
+Mirrors CLP's compress task (``docs/clp.md``) for S3: one PutObject per archive to
 ``<key_prefix>/<dataset>/<archive id>`` (``Path(key_prefix).join(dataset)``: ``LIB1/`` and ``LIB1``
 both give ``LIB1/default/abc``, an empty prefix gives ``default/abc``), with a client of
 ``coordinator.archive_storage.s3`` (path-style addressing, the configured endpoint, region

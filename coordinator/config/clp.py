@@ -1,16 +1,17 @@
 """The sections of CLP's ``clp-config.yaml`` the coordinator reads, modelled as CLP's Python does.
 
 These mirror ``clp_py_utils/clp_config.py`` (pydantic v2) at the CLP revision described in
-``clp-contract.md`` §5.1: the same keys, defaults, constraints and validators, so a file CLP's own
-tools accept (for instance the one CLP's Helm chart renders, §5.3) is accepted here, and keys this
-module does not model are ignored, as CLP ignores them. Only the sections the coordinator reads
-are modelled: ``package``, ``database``, ``spider``, ``compression_coordinator``, ``logs_input``
-and ``archive_output``. The coordinator's own settings are not CLP's and live apart, in
-``coordinator.config.loader`` (the ``coordinator:`` section).
+``docs/clp.md`` (Configuration): the same keys, defaults, constraints and validators, so a file
+CLP's own tools accept (for instance the one CLP's Helm chart renders) is accepted here, and keys
+this module does not model are ignored, as CLP ignores them. Only the sections the coordinator
+reads are modelled: ``package``, ``database``, ``spider``, ``compression_coordinator``,
+``logs_input`` and ``archive_output``. The coordinator's own settings are not CLP's and live
+apart, in ``coordinator.config.loader`` (the ``coordinator:`` section).
 
-CLP's Rust mirror (§5.2) is stricter in places (``spider.host``/``port`` required,
-``database.names`` limited to ``clp``, no whitespace stripping); the Python model is followed here,
-as hazard H10 asks. Deliberate differences from CLP's Python model:
+CLP's Rust mirror (``clp-rust-utils/src/clp_config/package/config.rs``) is stricter in places
+(``spider.host``/``port`` required, ``database.names`` limited to ``clp``, no whitespace stripping);
+the Python model is followed here, as hazard H10 (``docs/hazards.md``) asks. Deliberate
+differences from CLP's Python model:
 
 * **Start-up checks beyond CLP** (H10: what would otherwise fail job by job): both commit-task
   timeouts within Spider's window (at most 24 h; the lower bound of 0.1 s already holds for a
@@ -65,7 +66,7 @@ CLP_DB_USER_ENV = "CLP_DB_USER"
 CLP_DB_PASS_ENV = "CLP_DB_PASS"
 
 SPIDER_MAX_TIMEOUT_SECS = 24 * 60 * 60
-"""Spider accepts task timeouts up to 86 400 000 ms (``spider-contract.md`` §4)."""
+"""Spider accepts task timeouts up to 86 400 000 ms (``docs/spider.md``, Execution policies)."""
 
 SPIDER_STORAGE_DEFAULT_PORT = 50051
 """Where Spider's storage service listens by default; CLP's ``spider.port`` default is 6000."""

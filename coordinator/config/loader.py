@@ -1,8 +1,8 @@
 """Loading the coordinator's configuration: CLP's ``clp-config.yaml``, or the embedded default.
 
-**With a file**, it is CLP's own ``clp-config.yaml`` (the sections in ``coordinator.config.clp``,
-``clp-contract.md`` §5) plus, optionally, a ``coordinator:`` section for settings CLP does not have
-(``CoordinatorExtras``). CLP's tools ignore that key, so one file serves both.
+**With a file**, it is CLP's own ``clp-config.yaml`` (the sections in ``coordinator.config.clp``;
+``docs/clp.md``, Configuration) plus, optionally, a ``coordinator:`` section for settings CLP does
+not have (``CoordinatorExtras``). CLP's tools ignore that key, so one file serves both.
 
 **Without a file**, the embedded default applies: no database server, no Spider, no S3. Everything
 lives under one data directory: the SQLite database ``coordinator.db``, the object store
@@ -24,9 +24,9 @@ Rules:
   section (the operator pointed the coordinator at a Spider cluster, even if only by accepting
   CLP's defaults for it) and ``embedded`` when it has none or there is no file.
 * **The Spider engine** must be able to run CLP's tasks, so the start-up checks of CLP's coordinator
-  (§11.2) apply to it, with its messages: ``logs_input`` and ``archive_output.storage`` are S3, and
-  the ``compression_coordinator`` and ``spider`` sections are present. It also needs CLP's
-  database (the commit task writes there), never the embedded one.
+  (``docs/clp.md``, CLP's Rust coordinator) apply to it, with its messages: ``logs_input`` and
+  ``archive_output.storage`` are S3, and the ``compression_coordinator`` and ``spider`` sections
+  are present. It also needs CLP's database (the commit task writes there), never the embedded one.
 * **Database**: ``database_url`` returns ``$COORDINATOR_DATABASE_URL`` when set; else, for a file
   with a ``database`` section, CLP's MariaDB/MySQL with the credentials of ``CLP_DB_USER`` and
   ``CLP_DB_PASS``; else the embedded SQLite file.
@@ -472,10 +472,10 @@ _FOR_SPIDER = " (the Spider engine needs it; `coordinator.engine: embedded` runs
 def _spider_engine_problems(
     clp: ClpConfig, database_configured: bool, url_from_env: bool
 ) -> list[str]:
-    # CLP's coordinator refuses to start without these (clp-contract.md §11.2); its messages.
-    # Its S3-only rules for logs_input and archive_output belong to CLP's upstream task package;
-    # this coordinator's own package (behind `coordinator spider serve`) also handles the local
-    # object store and fs archives, so the runtime only warns about them.
+    # CLP's coordinator refuses to start without these (docs/clp.md, CLP's Rust coordinator);
+    # its messages. Its S3-only rules for logs_input and archive_output belong to CLP's upstream
+    # task package; this coordinator's own package (behind `coordinator spider serve`) also
+    # handles the local object store and fs archives, so the runtime only warns about them.
     problems: list[str] = []
     if clp.compression_coordinator is None:
         problems.append(

@@ -1,20 +1,19 @@
-"""Any Spider port served as Spider's storage server serves it (``spider-contract.md`` §7).
+"""Any Spider port served as Spider's storage server serves it (``docs/spider.md``).
 
 ``serve`` puts a ``SpiderPort`` (in practice the ``EmbeddedSpider``) behind Spider's
-``storage.JobOrchestrationService`` and ``storage.ResourceGroupManagementService`` (§7.1), in
+``storage.JobOrchestrationService`` and ``storage.ResourceGroupManagementService``, in
 plaintext, so that ``GrpcSpider`` (or Spider's own Rust client) can drive it over the network.
 
 * The servicers decode exactly what Spider's server decodes: RegisterJob's compressed task graph
-  and inputs are handed to the port unchanged (the port checks them, §11.1–§11.2), and
-  GetJobOutputs encodes the port's outputs with the option byte and wire frame of §11.3
-  (``encode_job_outputs``).
+  and inputs are handed to the port unchanged (the port checks them), and GetJobOutputs encodes
+  the port's outputs with the option byte and wire frame (``encode_job_outputs``).
 * The port's errors become the status codes Spider's server returns for the same situations
-  (§7.3, §8): ``JobNotFound`` → NOT_FOUND, ``InvalidJobState`` → FAILED_PRECONDITION,
-  ``InvalidArgument`` → INVALID_ARGUMENT, ``Unauthenticated`` → UNAUTHENTICATED,
-  ``ResourceGroupExists`` → ALREADY_EXISTS, ``Unavailable`` → UNAVAILABLE, any other
-  ``ServerError`` (a refused cancel, a start of a started job, the outputs of a retained job that
-  has not succeeded) → INTERNAL. An unexpected exception is logged and answered INTERNAL, as Spider
-  answers "other" failures.
+  (``docs/spider.md``, Status codes): ``JobNotFound`` → NOT_FOUND, ``InvalidJobState`` →
+  FAILED_PRECONDITION, ``InvalidArgument`` → INVALID_ARGUMENT, ``Unauthenticated`` →
+  UNAUTHENTICATED, ``ResourceGroupExists`` → ALREADY_EXISTS, ``Unavailable`` → UNAVAILABLE, any
+  other ``ServerError`` (a refused cancel, a start of a started job, the outputs of a retained job
+  that has not succeeded) → INTERNAL. An unexpected exception is logged and answered INTERNAL, as
+  Spider answers "other" failures.
 * The status details are Spider's (``spider-storage/src/grpc.rs``): NOT_FOUND is always
   "job not found" (grpc.rs:112, :134), UNAUTHENTICATED "invalid resource group" (:102, :272),
   INTERNAL "storage service internal error" (:420, whatever the cause: the port's explanation is
@@ -23,17 +22,17 @@ plaintext, so that ``GrpcSpider`` (or Spider's own Rust client) can drive it ove
 * Unlike Spider's, this server never shuts itself down: where Spider's storage service meets a
   fatal internal error (grpc.rs:380-398), the embedded engine refuses with INTERNAL and carries on
   (``coordinator.engine.embedded.engine``; README, "Spider's answers", lists the differences).
-* Like Spider's (tonic's defaults, §7.5), the server refuses a request whose message is over
-  4 MiB and does not limit what it sends. The refusal is tonic's: OUT_OF_RANGE "Error, decoded
-  message length too large: found N bytes, the limit is: 4194304 bytes", N the request message's
-  protobuf length (``_limited``: grpcio itself is let receive up to ``RECEIVE_LIMIT_FACTOR`` times
-  the limit, and each method's deserializer refuses the excess). A request past that bound still
-  gets grpcio's own RESOURCE_EXHAUSTED: tonic refuses any size from the length prefix alone, while
-  grpcio reads a whole message before a method sees it, so an unbounded receive limit would let a
-  client make the server buffer any amount. No client of the coordinator's sends one (``GrpcSpider``
-  refuses a request over 4 MiB before sending it).
+* Like Spider's (tonic's defaults, ``docs/spider.md``, Limits), the server refuses a request whose
+  message is over 4 MiB and does not limit what it sends. The refusal is tonic's: OUT_OF_RANGE
+  "Error, decoded message length too large: found N bytes, the limit is: 4194304 bytes", N the
+  request message's protobuf length (``_limited``: grpcio itself is let receive up to
+  ``RECEIVE_LIMIT_FACTOR`` times the limit, and each method's deserializer refuses the excess). A
+  request past that bound still gets grpcio's own RESOURCE_EXHAUSTED: tonic refuses any size from
+  the length prefix alone, while grpcio reads a whole message before a method sees it, so an
+  unbounded receive limit would let a client make the server buffer any amount. No client of the
+  coordinator's sends one (``GrpcSpider`` refuses a request over 4 MiB before sending it).
 
-Spider's internal services (§7.2) are not served: executors are the embedded engine's business.
+Spider's internal services are not served: executors are the embedded engine's business.
 """
 
 from __future__ import annotations
@@ -79,7 +78,7 @@ STATUS_OF_ERROR: tuple[tuple[type[SpiderError], grpc.StatusCode], ...] = (
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (ServerError, grpc.StatusCode.INTERNAL),
 )
-"""The port's errors → Spider's status codes (§7.3); the first match wins, else INTERNAL."""
+"""The port's errors → Spider's status codes; the first match wins, else INTERNAL."""
 
 INTERNAL_ERROR = "storage service internal error"
 
@@ -225,7 +224,7 @@ class JobOrchestrationServicer:
     def GetJobOutputs(  # noqa: N802
         self, request: storage_pb2.JobIdRequest, context: Any
     ) -> storage_pb2.JobOutputsResponse:
-        """The port's ``get_job_outputs``, encoded as Spider's ``serialized_outputs`` (§11.3)."""
+        """The port's ``get_job_outputs``, encoded as Spider's ``serialized_outputs``."""
         outputs = _answer(
             "GetJobOutputs", context, lambda: self._spider.get_job_outputs(request.job_id)
         )

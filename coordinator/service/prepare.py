@@ -1,9 +1,9 @@
 """Preparing a claimed job for Spider: config → objects → partitions → task graph and inputs.
 
-The steps and their failure messages follow CLP's job handle (``clp-contract.md`` §7.1, §11.4); a
-job that fails here can never run, and ends Failed with the message (prefixed
-``Compression job failed: `` as CLP does, or ``Failed to deserialize CLP I/O config: `` for a
-config blob that does not decode).
+The steps and their failure messages follow CLP's job handle (``docs/clp.md``, Partitioning and
+CLP's Rust coordinator); a job that fails here can never run, and ends Failed with the message
+(prefixed ``Compression job failed: `` as CLP does, or ``Failed to deserialize CLP I/O config: ``
+for a config blob that does not decode).
 """
 
 from __future__ import annotations

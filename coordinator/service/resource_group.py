@@ -1,4 +1,4 @@
-"""The Spider resource group the coordinator registers jobs under (``clp-contract.md`` §1.4).
+"""The Spider resource group the coordinator registers jobs under (``docs/clp.md``, Tables).
 
 Where the id lives depends on the engine:
 
@@ -15,10 +15,10 @@ Where the id lives depends on the engine:
   ``AddResourceGroup(name, password = name)`` and insert the row. Improvements on CLP's
   coordinator:
 
-  * **Stale id** (H11): a stored id is checked with ``VerifyResourceGroup``; when Spider's storage
-    was reset it answers ``Unauthenticated``, and the group is registered again and the row
-    replaced. ``invalidate()`` forces the same check after a RegisterJob answered
-    ``Unauthenticated``.
+  * **Stale id** (hazard H11, ``docs/hazards.md``): a stored id is checked with
+    ``VerifyResourceGroup``; when Spider's storage was reset it answers ``Unauthenticated``, and the
+    group is registered again and the row replaced. ``invalidate()`` forces the same check after a
+    RegisterJob answered ``Unauthenticated``.
   * **Two coordinators registering at once**: the loser's insert (or Spider's ``ALREADY_EXISTS``)
     makes it read the winner's row instead of failing.
   * **A registration whose id was never recorded** (the coordinator died, or the database went

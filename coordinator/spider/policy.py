@@ -1,4 +1,4 @@
-"""Execution policies of Spider tasks, validated by Spider's rules (``spider-contract.md`` §4).
+"""Execution policies of Spider tasks, validated by Spider's rules (``docs/spider.md``).
 
 Rules (checked client-side and again by Spider when it decodes a graph; a violation makes
 RegisterJob fail with INVALID_ARGUMENT): ``max_num_instances >= 1``; each timeout within
@@ -6,11 +6,12 @@ RegisterJob fail with INVALID_ARGUMENT): ``max_num_instances >= 1``; each timeou
 
 Compress tasks follow CLP: soft 3 min and hard 5 min per object, ``max_num_instances = 1``,
 ``max_num_retry = compression_task_max_retry``. CLP's rule makes a partition of more than 288
-objects unsubmittable (hard timeout over 24 h) and so fails the whole job (hazard H4). Here the
-hard timeout is **clamped** at Spider's 24 h maximum and the soft timeout stays 3/5 of the hard one
-(= 3 min per object below the clamp), so every partition CLP's algorithm forms is runnable and up
-to 288 objects the policy is CLP's exactly. Partitions keep their CLP shape (archive sizes stay on
-target) rather than being split to fit a per-object timeout that is only a safety net.
+objects unsubmittable (hard timeout over 24 h) and so fails the whole job (hazard H4,
+``docs/hazards.md``). Here the hard timeout is **clamped** at Spider's 24 h maximum and the soft
+timeout stays 3/5 of the hard one (= 3 min per object below the clamp), so every partition CLP's
+algorithm forms is runnable and up to 288 objects the policy is CLP's exactly. Partitions keep their
+CLP shape (archive sizes stay on target) rather than being split to fit a per-object timeout that is
+only a safety net.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The Spider port: the one interface through which the coordinator drives Spider.
 
 It mirrors Spider's ``storage.JobOrchestrationService`` and ``ResourceGroupManagementService``
-(``spider-contract.md`` §7): job states keep Spider's numbers, and failures are the typed errors
-Spider's own Rust client raises for each gRPC status. Two engines implement it: the embedded engine
-(``coordinator.engine.embedded``) and the gRPC client of a Spider cluster.
+(``docs/spider.md``, gRPC surface): job states keep Spider's numbers, and failures are the typed
+errors Spider's own Rust client raises for each gRPC status. Two engines implement it: the
+embedded engine (``coordinator.engine.embedded``) and the gRPC client of a Spider cluster.
 
-Rules of use (§13). Spider's calls are not all safe to make at any time; callers go through the
-helpers at the bottom of this module, which follow them:
+Rules of use (``docs/spider.md``, Guarded calls). Spider's calls are not all safe to make at any
+time; callers go through the helpers at the bottom of this module, which follow them:
 
 * ``start_job``: not idempotent (a started job answers INTERNAL, an evicted terminal one NOT_FOUND).
   Ask ``get_job_state`` first and start only a ``READY`` job (``start_if_ready``).
@@ -170,7 +170,7 @@ def cancel_if_safe(spider: SpiderPort, job_id: int, *, cleanup_task: bool = Fals
 
     Spider's CancelJob is not conditional: between the state read here and the call, the job may
     move on (its last task succeeds: ``RUNNING`` → ``COMMIT_READY``), so what is safe depends on
-    the graph (``spider-contract.md`` §8):
+    the graph (``docs/spider.md``, Cancellation):
 
     * ``cleanup_task=True`` (the coordinator's graphs carry ``compression::cleanup``): cancels in
       ``RUNNING`` and ``COMMIT_READY`` (both → ``CLEANUP_READY``). Whatever the job does between

@@ -1,10 +1,10 @@
 """Spider's task graph: its JSON schema, CLP's compression graph, and the RegisterJob payloads.
 
 ``RegisterJobRequest.compressed_serialized_task_graph`` is zstd of the graph's compact JSON
-(``spider-contract.md`` §11.1; vector ``vectors/task_graph.json``). ``decode_task_graph`` parses it
-as Spider's server does (``TaskGraph::from_zstd_compressed_json``, spider-core task_graph.rs): the
-same graphs accepted, the same refused, with Spider's kind of message ("bad request: …"). The rules
-(each with its upstream line at "How Spider parses a graph" below):
+(``docs/spider.md``, Task graph; vector ``vectors/task_graph.json``). ``decode_task_graph`` parses
+it as Spider's server does (``TaskGraph::from_zstd_compressed_json``, spider-core task_graph.rs):
+the same graphs accepted, the same refused, with Spider's kind of message ("bad request: …"). The
+rules (each with its upstream line at "How Spider parses a graph" below):
 
 * top level: a JSON object with exactly ``schema_version``, ``tasks``, ``commit_task``,
   ``cleanup_task`` (the last two may be ``null``); no other key, none repeated; ``schema_version``
@@ -28,17 +28,17 @@ output ``CompressionTaskOutput``, the ``compression::commit`` commit task; its j
 
 **The cleanup task.** CLP's Rust coordinator sends ``cleanup_task: null``; the coordinator's graphs
 carry ``clp``/``compression::cleanup`` (``cleanup_task=False`` gives CLP's graph byte for byte).
-Spider's CancelJob is unconditional, and without a cleanup task it is fatal in ``CommitReady``
-(the storage server shuts down), a state a Running job enters on its own at any moment: no state
-read before the call can make it safe. With a cleanup task Spider cancels ``Running`` and
-``CommitReady`` jobs alike (→ ``CleanupReady``, the cleanup runs, → ``Cancelled``; its failure →
-``Failed``), so cancelling is safe in every state a started job can be in; only ``Ready`` becomes
-fatal, and only the coordinator moves a job out of ``Ready`` (``coordinator.spider.port``). What
-it costs (``spider-contract.md`` §5, §8): Spider gives the cleanup no inputs, and its own executor
-rejects an input buffer under 4 bytes, and CLP's Rust package (``clp-tdl-package``) has no
-``compression::cleanup``; on a cluster a cancelled job may therefore end ``Failed`` (the cleanup's
-failure) instead of ``Cancelled``, which the coordinator handles as any Spider failure. The
-embedded engine and ``coordinator spider serve`` run this package's cleanup
+Spider's CancelJob is unconditional, and without a cleanup task it is fatal in ``CommitReady`` (the
+storage server shuts down), a state a Running job enters on its own at any moment: no state read
+before the call can make it safe. With a cleanup task Spider cancels ``Running`` and ``CommitReady``
+jobs alike (→ ``CleanupReady``, the cleanup runs, → ``Cancelled``; its failure → ``Failed``), so
+cancelling is safe in every state a started job can be in; only ``Ready`` becomes fatal, and only
+the coordinator moves a job out of ``Ready`` (``coordinator.spider.port``). What it costs
+(``docs/spider.md``, Outputs and the termination tasks): Spider gives the cleanup no inputs, and its
+own executor rejects an input buffer under 4 bytes, and CLP's Rust package (``clp-tdl-package``) has
+no ``compression::cleanup``; on a cluster a cancelled job may therefore end ``Failed`` (the
+cleanup's failure) instead of ``Cancelled``, which the coordinator handles as any Spider failure.
+The embedded engine and ``coordinator spider serve`` run this package's cleanup
 (``coordinator.engine.tasks.cleanup``).
 """
 

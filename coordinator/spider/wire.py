@@ -1,6 +1,6 @@
 """Spider's binary frames: job inputs (RegisterJob) and job outputs (GetJobOutputs, commit task).
 
-``spider-contract.md`` §11.2–§11.3 and §5. A *wire frame* is::
+``docs/spider.md``, Wire formats (and Outputs and the termination tasks). A *wire frame* is::
 
     u32 little-endian count, then per payload: u32 little-endian length, payload bytes
 

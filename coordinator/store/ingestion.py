@@ -1,5 +1,6 @@
 """``ingested_s3_object_metadata`` and ``ingestion_job``: reading a job's objects, and writing
-objects and jobs the way CLP's log-ingestor does (``clp-contract.md`` §1.6, §1.7, §7.1).
+objects and jobs the way CLP's log-ingestor does (``docs/clp.md``, Ingestion tables and
+log-ingestor; Partitioning).
 
 ``coordinator submit`` (and ``demo``) write what log-ingestor leaves behind for a **finished** S3
 scanner job that ingested the objects and submitted their compression job, so that log-ingestor,

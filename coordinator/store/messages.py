@@ -1,8 +1,8 @@
 """Fitting operator-facing text into ``compression_jobs.status_msg`` (``VARCHAR(512)``).
 
 Under MariaDB's default strict ``sql_mode`` an over-long value, or a character the column's charset
-cannot hold, fails the whole ``UPDATE`` and the status change with it (hazard H7). So every message
-is fitted before it is written, never after an error.
+cannot hold, fails the whole ``UPDATE`` and the status change with it (hazard H7,
+``docs/hazards.md``). So every message is fitted before it is written, never after an error.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The database schema as typed SQLAlchemy 2 models.
 
-CLP's tables keep CLP's DDL column for column (``clp-contract.md`` §1); the coordinator adds the
+CLP's tables keep CLP's DDL column for column (``docs/clp.md``, Tables); the coordinator adds the
 lease and cancel-request columns to ``compression_jobs`` and a transition history table of its own.
 The migrations in ``migrations/`` create exactly this schema (a test compares them); the per-dataset
 archive tables are created on demand by ``coordinator.store.datasets``.

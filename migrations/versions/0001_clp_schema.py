@@ -4,7 +4,7 @@ Each table is created with CLP's DDL unless it exists. An existing table belongs
 recorded in ``coordinator_adopted_tables``. The downgrade keeps every CLP table, adopted or created
 here, with its rows (``coordinator.store.downgrade``): it drops only that registry. An existing
 ``compression_jobs`` from before CLP #2421 gains what CLP's own code needs and CLP's migration never
-added (hazard H9): ``spider_id``, ``dispatch_time``, the ``JOB_SPIDER_ID`` and
+added (hazard H9, ``docs/hazards.md``): ``spider_id``, ``dispatch_time``, the ``JOB_SPIDER_ID`` and
 ``JOB_START_TIME_STATUS`` indexes and, on MySQL/MariaDB, ``ON UPDATE CURRENT_TIMESTAMP`` on
 ``update_time``. Every step checks first, so the upgrade can run again; existing rows are never
 written.

@@ -1,4 +1,4 @@
-"""``EmbeddedSpider``: Spider's job semantics in-process (``spider-contract.md`` §2–§9).
+"""``EmbeddedSpider``: Spider's job semantics in-process (``docs/spider.md``).
 
 What it reproduces:
 
@@ -13,7 +13,7 @@ What it reproduces:
 * **Commit**: when every regular task has succeeded, the graph outputs are persisted with the state
   ``CommitReady`` and the commit task runs (before any regular task); its success makes the job
   ``Succeeded``, its failures retry and then fail the job.
-* **Cancel** follows Spider's table (§8): ``Ready`` and ``Running`` → ``Cancelled`` (or
+* **Cancel** follows Spider's table (Cancellation): ``Ready`` and ``Running`` → ``Cancelled`` (or
   ``CleanupReady`` when the graph has a cleanup task); ``CommitReady`` → ``CleanupReady`` with a
   cleanup task, and **refused** (``ServerError``, state unchanged) without one, where a real Spider
   would shut its storage server down; a terminal job still retained answers ``ServerError``, an
@@ -79,7 +79,7 @@ msgpack error, runtime.rs:554).
 
 One deliberate difference: where Spider's storage service meets an internal error and shuts itself
 down (grpc.rs:380-398: CancelJob of a ``CommitReady`` job without a cleanup task or of a ``Ready``
-job with one, §8; GetJobOutputs of a retained job that has not succeeded), the engine answers the
+job with one; GetJobOutputs of a retained job that has not succeeded), the engine answers the
 same ``ServerError`` (INTERNAL) and carries on, the state unchanged. The port's helpers
 (``start_if_ready``, ``cancel_if_safe``, outputs only after ``Succeeded``) never provoke them.
 """

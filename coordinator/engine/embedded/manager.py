@@ -1,6 +1,6 @@
 """Execution managers: threads that each own one executor process and run one instance at a time.
 
-As Spider's execution manager does (``spider-contract.md`` §3.2, §4): take an assignment, send it
+As Spider's execution manager does (``docs/spider.md``, Job lifecycle): take an assignment, send it
 to the executor, wait at most the hard timeout, then report the outcome. On a hard timeout the
 executor is killed (SIGKILL) and respawned; a crashed executor is respawned too, so a task cannot
 take the engine down. An executor dies with the process hosting the engine (``--parent-pid``: see

@@ -96,7 +96,7 @@ def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
 
 
 # The three shapes of a failed instance's message, as Spider's execution manager reports them
-# (spider-execution-manager/src/runtime.rs:532-578, `Report::from_outcome`; spider-contract.md §6).
+# (spider-execution-manager/src/runtime.rs:532-578, `Report::from_outcome`; docs/spider.md).
 
 
 def in_task_failure(message: str) -> str:
@@ -104,8 +104,8 @@ def in_task_failure(message: str) -> str:
 
     runtime.rs:554-555: ``format!("in-task failure: {}", String::from_utf8_lossy(&error))``, where
     ``error`` is the executor's rmp_serde encoding of its externally tagged error enum; a task's
-    error is ``TaskError(ExecutionError(message))`` (spider-contract.md §6; CLP's tasks report
-    every failure so, clp-contract.md §9), i.e. ``{"TaskError": {"ExecutionError": message}}``
+    error is ``TaskError(ExecutionError(message))`` (docs/spider.md, Job error messages; CLP's
+    tasks report every failure so), i.e. ``{"TaskError": {"ExecutionError": message}}``
     with the smallest string headers (msgpack's, as rmp's). Decoding with ``errors="replace"``
     substitutes U+FFFD for each maximal invalid subsequence, as ``from_utf8_lossy`` does: the map
     and fixstr headers (bytes ≥ 0x80) become U+FFFD, and a str8 header (messages of 32 bytes or

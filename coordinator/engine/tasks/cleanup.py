@@ -8,7 +8,7 @@ it ``Failed``). Spider gives it no inputs and no graph outputs.
 It deliberately removes nothing. A cancelled job's archives are settled by the coordinator once
 the job is terminal (``coordinator.service.cleanup.settle_archives``: a Killed job keeps no
 published row and no stored file). Removing them here would race what Spider does not stop: a
-commit instance still running when the cancel arrived (``spider-contract.md`` §9, B1) can publish
+commit instance still running when the cancel arrived (``docs/spider.md``, Restarts) can publish
 rows for files removed under it, and compress instances keep storing after the cancel; the
 coordinator's settling, after the job ended and again in its periodic sweep, sees both.
 """

@@ -1,7 +1,7 @@
 """The commit task (``clp`` / ``compression::commit``): publish the job's archives, durably.
 
 Spider runs it once every compress task has succeeded (job ``CommitReady``), possibly more than
-once and possibly concurrently (``spider-contract.md`` §9). It takes no inputs; it reads the graph
+once and possibly concurrently (``docs/spider.md``). It takes no inputs; it reads the graph
 outputs (one ``CompressionTaskOutput`` per compress task) from its context, checks them as CLP's
 commit does (one dataset; at least one archive; a valid dataset name), and calls
 ``coordinator.store.archives.publish_archives``, which moves the job Running → Committed in the same

@@ -1,6 +1,6 @@
 """The compress task (``clp`` / ``compression::clp_s_s3_compress``): one partition → archives.
 
-Mirrors CLP's task (``clp-contract.md`` §9, ``clp-tdl-package/src/task/compression/compress.rs``):
+Mirrors CLP's task (``docs/clp.md``, ``clp-tdl-package/src/task/compression/compress.rs``):
 
 * inputs ``[ClpSCompressionOption, Option<String> dataset, S3InputSource]`` (task I/O wire format);
 * the object list file ``compression-{job}-{task}-{instance}-log-paths.txt``, one entry per line,

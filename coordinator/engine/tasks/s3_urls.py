@@ -1,4 +1,4 @@
-"""The URL ``clp-s`` reads an S3 object from (``clp-contract.md`` §9, step 2).
+"""The URL ``clp-s`` reads an S3 object from (``docs/clp.md``, The compress task).
 
 Mirrors CLP's ``generate_s3_url`` (``clp-rust-utils/src/s3/url.rs``) row for row:
 

@@ -1,7 +1,9 @@
-"""Spider's gRPC surface (``spider-contract.md`` §7): the protocol, its stubs, a client, a server.
+"""Spider's gRPC surface (``docs/spider.md``, gRPC surface): the protocol, its stubs, a client.
 
 * ``protos/``: Spider's ``common`` and ``storage`` protocol (the services the coordinator uses);
 * ``generated/``: the stubs ``python -m coordinator.spider.grpc.generate`` writes (do not edit);
-* ``client.GrpcSpider``: the Spider port over gRPC, for a real Spider cluster;
-* ``server.serve``: any Spider port (the embedded engine) served as Spider's storage server does.
+* ``client.GrpcSpider``: the Spider port over gRPC, for a real Spider cluster.
+
+The server side, any Spider port served as Spider's storage server serves it, is an engine's
+business: ``coordinator.engine.grpc_server.serve``.
 """

@@ -1,32 +1,33 @@
-"""``GrpcSpider``: the Spider port over gRPC, for a real Spider cluster (``spider-contract.md`` §7).
+"""``GrpcSpider``: the Spider port over gRPC, for a real Spider cluster (``docs/spider.md``).
 
 It speaks Spider's ``storage.JobOrchestrationService`` and ``ResourceGroupManagementService``
-(§7.1) in plaintext to the storage server (``host:port``, default port 50051) and types failures
-as Spider's Rust client does (§7.4), with the guards §13 asks of every RPC that Rust's client lacks:
+(gRPC surface) in plaintext to the storage server (``host:port``, default port 50051) and types
+failures as Spider's Rust client does (Client behaviour), with the guards every RPC needs that
+Rust's client lacks (Guarded calls; the sections are ``docs/spider.md``'s):
 
 * **A deadline on every call** (``deadline_secs``, per attempt). ``DEADLINE_EXCEEDED`` is
   ambiguous (the server may have acted) and is raised as ``Unavailable``; it is not retried.
-* **Retries only on ``UNAVAILABLE``**, with Spider's back-off (§7.4: 100 ms doubling to a 3 s cap
-  plus ≤ 20 ms jitter, at most 10 retries). **RegisterJob is never retried** (§13: it is not
+* **Retries only on ``UNAVAILABLE``**, with Spider's back-off (100 ms doubling to a 3 s cap
+  plus ≤ 20 ms jitter, at most 10 retries). **RegisterJob is never retried** (it is not
   idempotent and there is no lookup): one attempt, and an ``UNAVAILABLE`` or a deadline raises
   ``Unavailable`` at once; the job may or may not have been registered.
-* **Errors** (§7.4). Job RPCs: NOT_FOUND → ``JobNotFound``, FAILED_PRECONDITION →
+* **Errors** (Client behaviour). Job RPCs: NOT_FOUND → ``JobNotFound``, FAILED_PRECONDITION →
   ``InvalidJobState``, INVALID_ARGUMENT → ``InvalidArgument``, UNAUTHENTICATED →
   ``Unauthenticated``, UNAVAILABLE (and DEADLINE_EXCEEDED) → ``Unavailable``, anything else →
   ``ServerError``. Resource-group RPCs: INVALID_ARGUMENT, UNAUTHENTICATED, UNAVAILABLE and
   DEADLINE_EXCEEDED the same, ALREADY_EXISTS → ``ResourceGroupExists`` (a ``ServerError``, as Rust's
   ``Server``), anything else → ``ServerError``. A response state ``JOB_STATE_UNSPECIFIED`` →
   ``ServerError`` (Rust: ``UnspecifiedJobState``); a state number this client does not know →
-  ``Unavailable`` (Rust: ``Transport``); undecodable outputs (§11.3) → ``ServerError`` (Rust:
+  ``Unavailable`` (Rust: ``Transport``); undecodable outputs → ``ServerError`` (Rust:
   ``Deserialization``). Typed errors carry the server's details as their message; ``Unavailable``
   and ``ServerError`` also name the call and the status code. The ``grpc.RpcError`` is the cause.
-* **The 4 MiB message limit** (§7.5) is checked before RegisterJob is sent (its serialized size),
+* **The 4 MiB message limit** (Limits) is checked before RegisterJob is sent (its serialized size),
   raising ``InvalidArgument``; the channel's send and receive limits are set to 4 MiB, so a larger
   GetJobOutputs response fails as ``ServerError`` (RESOURCE_EXHAUSTED).
 
-The rules of §13 about *when* to call (state first, never cancel in CommitReady, outputs only after
-Succeeded) are the port's helpers' business (``coordinator.spider.port``); this client only makes
-the calls.
+The rules about *when* to call (Guarded calls: state first, never cancel in CommitReady, outputs
+only after Succeeded) are the port's helpers' business (``coordinator.spider.port``); this client
+only makes the calls.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ _stubs: Any = storage_pb2_grpc
 
 DEFAULT_PORT = 50051
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-"""tonic's default decode limit, which Spider's storage server keeps (§7.5)."""
+"""tonic's default decode limit, which Spider's storage server keeps (``docs/spider.md``)."""
 DEFAULT_DEADLINE_SECS = 10.0
 INITIAL_BACKOFF_SECS = 0.1
 MAX_BACKOFF_SECS = 3.0
@@ -77,14 +78,14 @@ _JOB_ERRORS: Mapping[grpc.StatusCode, ErrorFactory] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
 }
-"""Job RPCs (§7.4); UNAVAILABLE and DEADLINE_EXCEEDED are ``Unavailable``, the rest ``Server``."""
+"""Job RPCs (Client behaviour); UNAVAILABLE and DEADLINE_EXCEEDED are ``Unavailable``."""
 
 _RESOURCE_GROUP_ERRORS: Mapping[grpc.StatusCode, ErrorFactory] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
     grpc.StatusCode.ALREADY_EXISTS: ResourceGroupExists,
 }
-"""Resource-group RPCs (§7.4): NOT_FOUND and FAILED_PRECONDITION are plain ``ServerError``s."""
+"""Resource-group RPCs: NOT_FOUND and FAILED_PRECONDITION are plain ``ServerError``s."""
 
 _TRANSPORT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
@@ -204,7 +205,8 @@ class GrpcSpider:
         before anything is sent) or Spider refuses the graph or inputs ("bad request: …"),
         ``Unauthenticated`` for an unknown resource group, ``ServerError`` for other statuses, and
         ``Unavailable`` on UNAVAILABLE or a deadline: **the job may or may not have been
-        registered** (Spider has no lookup; the caller must not retry blindly, see §13).
+        registered** (Spider has no lookup; the caller must not retry blindly: ``docs/spider.md``,
+        Guarded calls).
         """
         request = storage_pb2.RegisterJobRequest(
             resource_group_id=resource_group_id,
@@ -236,8 +238,8 @@ class GrpcSpider:
         return self._job_state_call("StartJob", self._jobs.StartJob, job_id)
 
     def cancel_job(self, job_id: int) -> JobState:
-        """CancelJob: the resulting state (§8). Never call it in ``COMMIT_READY`` for a graph
-        without a cleanup task (use ``cancel_if_safe``).
+        """CancelJob: the resulting state (``docs/spider.md``, Cancellation). Never call it in
+        ``COMMIT_READY`` for a graph without a cleanup task (use ``cancel_if_safe``).
 
         Raises ``JobNotFound``, ``ServerError`` (INTERNAL: cached terminal or ``CLEANUP_READY``
         job, or a fatal storage error), ``Unavailable`` (after the retries, or on a deadline).
@@ -251,8 +253,8 @@ class GrpcSpider:
 
     def get_job_outputs(self, job_id: int) -> list[bytes]:
         """GetJobOutputs: the graph outputs of a ``SUCCEEDED`` job, decoded from Spider's
-        ``serialized_outputs`` (option byte + wire frame, §11.3). Call it only after
-        ``SUCCEEDED`` (§13).
+        ``serialized_outputs`` (option byte + wire frame). Call it only after ``SUCCEEDED``
+        (``docs/spider.md``, Guarded calls).
 
         Raises ``InvalidJobState`` (FAILED_PRECONDITION: not ``SUCCEEDED``, no longer cached),
         ``JobNotFound``, ``Unavailable`` (after the retries, or on a deadline), ``ServerError``

@@ -1,8 +1,8 @@
 """Regenerate the gRPC stubs of Spider's protocol: ``python -m coordinator.spider.grpc.generate``.
 
-``spider-contract.md`` §7. The ``.proto`` files in ``protos/`` (``common/common.proto``,
-``storage/storage.proto``, Spider's layout) are compiled with ``grpc_tools.protoc`` as §7 says
-Spider's stubs are (``-I protos``, ``--python_out``, ``--grpc_python_out``, ``--pyi_out``) into
+``docs/spider.md``, gRPC surface. The ``.proto`` files in ``protos/`` (``common/common.proto``,
+``storage/storage.proto``, Spider's layout) are compiled with ``grpc_tools.protoc`` as Spider's
+Python stubs are (``-I protos``, ``--python_out``, ``--grpc_python_out``, ``--pyi_out``) into
 ``generated/``. protoc writes top-level imports (``from common import common_pb2``); they are
 rewritten into package imports (``from coordinator.spider.grpc.generated.common import
 common_pb2``), so nothing is put on ``sys.path``. The output is committed; a test regenerates it
