@@ -1,11 +1,33 @@
 """The CLP compression coordinator: drives CLP compression jobs through Spider.
 
-Packages, innermost first (dependencies point inwards only):
+The layout, innermost first. Dependencies point inwards only: each part imports only parts listed
+before it (the README's "Layout" has the table of what each may import).
 
-* ``lifecycle``: the job state machine (statuses, edges, actors) and its diagrams.
-* ``store``: the database schema and the guarded transitions that persist the machine.
-* ``config``: where the coordinator finds its database and data directory.
+* Base modules, in this order: ``errors`` (``CoordinatorError``, the root of everything a user
+  or an operator can cause), ``zstd_frames`` (zstd read as Spider and CLP read it), ``serde`` (Rust
+  ``serde``/``rmp_serde``-compatible structs), ``task_io`` (the values CLP's Spider tasks take and
+  return), ``partition`` (CLP's partitioning and input checks), ``job_config`` (the
+  ``compression_jobs.clp_config`` blob).
+* ``spider``: the Spider port (the one interface to Spider), execution policies, the task graph,
+  the wire formats, and the gRPC client and protocol definition of a Spider cluster.
+* ``lifecycle``: the job state machine (statuses, edges, actors), the status numbers and stored
+  forms, the reactions to Spider's outcomes, and the generated diagrams and tables.
+* ``config``: CLP's ``clp-config.yaml`` models, the coordinator's own section, where the data
+  directory and the database are.
+* ``store``: the database schema, the guarded transitions that persist the machine, leases,
+  archive records and publication.
+* ``archive_storage``: where archives are stored (a local directory or S3) and removed.
+* ``engine``: an implementation of the Spider port, not part of the core: the embedded engine
+  (``engine.embedded``), its gRPC server (``engine.grpc_server``) and the task package its workers
+  run (``engine.tasks``). ``service`` never imports it.
+* ``service``: the loop that drives every job (claiming and leases, submission, outcomes) and what
+  surrounds it (resource group, clean-up, logs, ingestion for ``submit``).
+* ``runtime``: the composition root: a running coordinator assembled from its configuration
+  (database, engine, settings).
 * ``cli``: the ``coordinator`` command.
+
+What the coordinator relies on from CLP and Spider, and the hazards cited as H1–H12, are in
+``docs/`` (``clp.md``, ``spider.md``, ``hazards.md``).
 """
 
 __version__ = "0.1.0"

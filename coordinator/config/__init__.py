@@ -1,1 +1,3 @@
-"""Where the coordinator keeps its data and finds its database."""
+"""The configuration: CLP's ``clp-config.yaml`` models (``clp``), the coordinator's own
+``coordinator:`` section and the loader (``loader``), and where objects are read (``locations``).
+"""

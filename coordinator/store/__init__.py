@@ -1,1 +1,3 @@
-"""The database: schema, migrations and the guarded transitions of compression jobs."""
+"""The database: schema, migrations, the guarded transitions of compression jobs, leases, and
+the records and publication of archives. CLP's tables it reads and writes are in ``docs/clp.md``.
+"""
