@@ -390,7 +390,7 @@ def test_clps_task_graphs_are_accepted_and_every_task_gets_its_own_inputs(
         CLP_PACKAGE,
         CLEANUP_TASK,
     )
-    # The cleanup receives nothing at all (§5: not even an empty frame).
+    # The cleanup receives nothing at all (docs/spider.md: not even an empty frame).
     assert context.serialized_task_io == b""
     em.succeed(job_id, "cleanup", context.task_instance_id)
     assert spider.get_job_state(job_id) is JobState.CANCELLED
@@ -421,7 +421,7 @@ def test_the_commit_receives_the_graph_outputs_and_a_succeeded_job_returns_them(
         commit_timeouts[0] * 1000,
         commit_timeouts[1] * 1000,
     )
-    assert context.serialized_task_io[0] == (1 if archives > 1 else 0)  # §5's option byte
+    assert context.serialized_task_io[0] == (1 if archives > 1 else 0)  # the option byte
     assert decode_job_outputs(context.serialized_task_io) == outputs
     em.succeed(job_id, "commit", context.task_instance_id)
     assert spider.get_job_state(job_id) is JobState.SUCCEEDED
@@ -482,7 +482,7 @@ def test_a_job_is_started_once(spider: GrpcSpider, group: int, clp_database: Eng
 
 
 CANCELS = {
-    # state before, cleanup task: the state CancelJob answers (§8, the non-fatal rows)
+    # state before, cleanup task: the state CancelJob answers (docs/spider.md, Cancellation)
     "Ready without cleanup": (JobState.READY, False, JobState.CANCELLED),
     "Running without cleanup": (JobState.RUNNING, False, JobState.CANCELLED),
     "Running with cleanup": (JobState.RUNNING, True, JobState.CLEANUP_READY),
@@ -660,7 +660,7 @@ def _padding_for(group: int, task_graph: bytes, size: int) -> bytes:
 
 
 FATAL = {
-    # What leads there, then the call; §8 and §13.
+    # What leads there, then the call (docs/spider.md, Cancellation and Guarded calls).
     "CancelJob in CommitReady without cleanup": "commit ready",
     "CancelJob in Ready with cleanup": "ready with cleanup",
     "GetJobOutputs of a Running job": "outputs of running",
@@ -719,8 +719,9 @@ def test_on_a_latin1_database_the_first_in_task_failure_shuts_the_storage_down(
     tmp_path: Path,
 ) -> None:
     """Spider creates its tables in its database's default character set. An in-task failure's
-    message holds U+FFFD (the lossy msgpack of the error, §6), which ``latin1`` cannot store: the
-    write fails inside the cache layer, which is fatal. Spider's database must be ``utf8mb4``."""
+    message holds U+FFFD (the lossy msgpack of the error, docs/spider.md), which ``latin1`` cannot
+    store: the write fails inside the cache layer, which is fatal. Spider's database must be
+    ``utf8mb4``."""
     with (
         running_spider_storage(
             mariadb_server_url(), tmp_path / "latin1", charset="latin1"

@@ -93,7 +93,7 @@ def test_string_fields_refuse_what_is_not_utf8(model: type[Any], data: bytes, fi
 
 
 def test_the_dataset_input_is_an_option_string() -> None:
-    """The compress task's second input is ``Option<String>`` (clp-contract.md §8, the type of
+    """The compress task's second input is ``Option<String>`` (docs/clp.md, the type of
     compression.rs:31): nil, a str, or a bin holding UTF-8; nothing else."""
     assert decode_dataset(bytes.fromhex("c0")) is None
     assert decode_dataset(packb("web")) == "web"
