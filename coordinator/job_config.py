@@ -63,6 +63,7 @@ import msgpack
 import zstandard
 from pydantic import Field, ValidationError, field_validator
 
+from coordinator.errors import CoordinatorError
 from coordinator.serde import (
     U8,
     U64,
@@ -87,7 +88,7 @@ RUST_AUTHENTICATION_TYPES = ("default", "credentials")
 """``AwsAuthentication``'s variants in ``clp_config/s3_config.rs`` lines 15-25, in order."""
 
 
-class UndecodableJobConfig(ValueError):
+class UndecodableJobConfig(CoordinatorError, ValueError):
     """A ``clp_config`` blob that is not zstd-compressed msgpack, or not a ``ClpIoConfig``."""
 
 

@@ -48,6 +48,8 @@ from typing import Generic, NamedTuple, Self, TypeVar
 
 from rapidfuzz.distance import Levenshtein
 
+from coordinator.errors import CoordinatorError
+
 FETCH_BATCH_SIZE = 1000
 """Requested ids are fetched from ``ingested_s3_object_metadata`` this many at a time, which
 keeps each ``IN (…)`` list well inside MySQL's placeholder limit."""
@@ -67,7 +69,7 @@ _ASCII_LOWERCASE = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 T = TypeVar("T")
 
 
-class InvalidJobInput(ValueError):
+class InvalidJobInput(CoordinatorError, ValueError):
     """A job's input that CLP's coordinator would refuse; ``str(error)`` says why, in CLP's words.
 
     The text is what follows ``Compression job failed: `` in ``status_msg`` (``docs/clp.md``).

@@ -47,6 +47,8 @@ from pydantic import (
     model_validator,
 )
 
+from coordinator.errors import CoordinatorError
+
 
 class WireMap:
     """A msgpack map as ``unpack_wire`` decodes it: every ``(key, value)`` pair, in order.
@@ -154,7 +156,7 @@ BIN_AS_SEQ = BeforeValidator(_bin_as_seq)
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-class WireFormatError(ValueError):
+class WireFormatError(CoordinatorError, ValueError):
     """Bytes or values that are not a valid encoding of the expected struct.
 
     The message names the struct and the field (``S3InputSource.bucket: …``).

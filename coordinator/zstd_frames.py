@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import zstandard
 
+from coordinator.errors import CoordinatorError
 
-class ZstdFramesError(ValueError):
+
+class ZstdFramesError(CoordinatorError, ValueError):
     """Bytes ``zstd::stream::decode_all`` refuses (the message says why), or too much output.
 
     ``reason`` is what the zstd crate's ``io::Error`` says (libzstd's error name, or ``incomplete

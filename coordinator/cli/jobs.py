@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from sqlalchemy import Engine, Row, Table, select
 
+from coordinator.errors import CoordinatorError
 from coordinator.lifecycle import Actor, JobStatus, describe_status, describe_stored
 from coordinator.service.prepare import known_dataset_of
 from coordinator.store.archives import published_archives_of_job
@@ -33,7 +34,7 @@ from coordinator.store.stored_archives import stored_archives_of_job
 _jobs = cast(Table, CompressionJob.__table__)
 
 
-class NoSuchJob(LookupError):
+class NoSuchJob(CoordinatorError, LookupError):
     """No compression job has this id."""
 
 

@@ -80,6 +80,7 @@ from coordinator.config.locations import (
     resolve_data_dir,
     under_data_dir,
 )
+from coordinator.errors import CoordinatorError
 from coordinator.lifecycle.storage import DEFAULT_COMMITTED_STORAGE, CommittedStorage
 
 _log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class CoordinatorExtras(BaseModel):
 # --- Errors ------------------------------------------------------------------------------------
 
 
-class ConfigError(ValueError):
+class ConfigError(CoordinatorError, ValueError):
     """A configuration that cannot be used; one line per problem, each naming the file and the key.
 
     ``problems`` holds the lines without the file name (``key: why``).

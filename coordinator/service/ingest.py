@@ -31,6 +31,7 @@ from coordinator.archive_storage.s3 import s3_client
 from coordinator.config.clp import ArchiveOutput, S3IngestionConfig
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import local_store_endpoint
+from coordinator.errors import CoordinatorError
 from coordinator.job_config import (
     ClpIoConfig,
     OutputConfig,
@@ -50,7 +51,7 @@ DEFAULT_BUCKET = "logs"
 DEFAULT_PREFIX = "ingest/"
 
 
-class IngestError(ValueError):
+class IngestError(CoordinatorError, ValueError):
     """Nothing to submit, or a file or object that cannot be ingested; the message says which."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from coordinator.config.clp import CompressionCoordinator
+from coordinator.errors import CoordinatorError
 from coordinator.job_config import (
     S3ObjectMetadataInputConfig,
     UndecodableJobConfig,
@@ -42,7 +43,7 @@ SQLITE_INTEGER_MAX = 2**63 - 1
 """SQLite's ``INTEGER`` is a signed 64-bit integer: no row has a larger id."""
 
 
-class JobRejected(Exception):
+class JobRejected(CoordinatorError):
     """The job can never run; ``str()`` is the ``status_msg`` that tells the operator why."""
 
 

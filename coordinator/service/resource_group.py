@@ -40,6 +40,7 @@ from typing import Protocol, cast
 from sqlalchemy import Engine, Table, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from coordinator.errors import CoordinatorError
 from coordinator.spider.port import ResourceGroupExists, SpiderPort, Unauthenticated
 from coordinator.store.schema import SpiderResourceGroup
 
@@ -49,7 +50,7 @@ RESOURCE_GROUP_PROBE_LIMIT = 1024
 """How many ids are tried to find a group Spider has under the name but no row records."""
 
 
-class ResourceGroupUnavailable(RuntimeError):
+class ResourceGroupUnavailable(CoordinatorError, RuntimeError):
     """The group's id cannot be known: Spider has the name but no row records its id (gRPC), or
     the engine has the name under another password (embedded)."""
 

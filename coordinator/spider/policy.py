@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.errors import CoordinatorError
+
 MIN_TIMEOUT_MS = 100
 MAX_TIMEOUT_MS = 24 * 60 * 60 * 1000
 U32_MAX = 2**32 - 1
@@ -27,7 +29,7 @@ COMPRESSION_SOFT_TIMEOUT_PER_OBJECT_MS = 3 * 60 * 1000
 COMPRESSION_HARD_TIMEOUT_PER_OBJECT_MS = 5 * 60 * 1000
 
 
-class InvalidExecutionPolicy(ValueError):
+class InvalidExecutionPolicy(CoordinatorError, ValueError):
     """A policy Spider would reject; the message is Spider's rule."""
 
 

@@ -28,6 +28,8 @@ import unicodedata
 from enum import IntEnum
 from typing import Protocol
 
+from coordinator.errors import CoordinatorError
+
 
 class JobState(IntEnum):
     """Spider's ``storage.JobState`` (same numbers as the proto enum)."""
@@ -47,7 +49,7 @@ class JobState(IntEnum):
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
-class SpiderError(Exception):
+class SpiderError(CoordinatorError):
     """A Spider call failed. Subclasses follow Spider's client (gRPC status → error)."""
 
 

@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.errors import CoordinatorError
 from coordinator.spider.policy import (
     DEFAULT_POLICY,
     ExecutionPolicy,
@@ -76,7 +77,7 @@ DataType = dict[str, Any]
 """A data type descriptor as Spider's JSON writes it, e.g. ``{"Value": {"Struct": "X"}}``."""
 
 
-class InvalidTaskGraph(ValueError):
+class InvalidTaskGraph(CoordinatorError, ValueError):
     """A graph (or its job inputs) Spider would refuse with INVALID_ARGUMENT ("bad request: …")."""
 
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import zstandard
 
+from coordinator.errors import CoordinatorError
 from coordinator.zstd_frames import ZstdFramesError, decode_zstd_frames
 
 ZSTD_LEVEL = 3
@@ -36,7 +37,7 @@ PLAIN, ZSTD = 0, 1
 _U32 = struct.Struct("<I")
 
 
-class InvalidFrame(ValueError):
+class InvalidFrame(CoordinatorError, ValueError):
     """Bytes that are not a well-formed (or well-compressed) Spider wire frame.
 
     ``reason`` is Spider's own text for the fault (``invalid wire format: …`` of ``wire.rs``,

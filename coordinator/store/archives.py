@@ -17,6 +17,7 @@ from enum import Enum
 
 from sqlalchemy import Connection, delete, insert, inspect, select
 
+from coordinator.errors import CoordinatorError
 from coordinator.lifecycle import Actor, JobStatus, Trigger
 from coordinator.store.datasets import (
     archives_table,
@@ -32,7 +33,7 @@ from coordinator.task_io import ArchiveMetadata
 INSERT_BATCH_SIZE = 1000
 
 
-class CommitRefused(Exception):
+class CommitRefused(CoordinatorError):
     """The commit must not publish: no job has this Spider id, or the job is not Running."""
 
 

@@ -51,6 +51,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import ColumnCollectionConstraint, CreateIndex, CreateTable
 from sqlalchemy.sql.compiler import DDLCompiler
 
+from coordinator.errors import CoordinatorError
 from coordinator.store import names
 from coordinator.store.schema import Dataset
 from coordinator.store.sqltypes import UnsignedBigIntKey
@@ -62,7 +63,7 @@ _MYSQL_DIALECTS = ("mysql", "mariadb")
 _TinyInt = SmallInteger().with_variant(mysql.TINYINT(), "mysql", "mariadb")
 
 
-class DatasetNameCollision(ValueError):
+class DatasetNameCollision(CoordinatorError, ValueError):
     """``clp_datasets`` holds the name with another letter case (MariaDB compares names case-
     insensitively), so the dataset's tables would be ones no CLP reader looks at."""
 

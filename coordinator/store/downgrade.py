@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, inspect, text
 
+from coordinator.errors import CoordinatorError
+
 CLP_STATUSES = (0, 1, 2, 3, 4)
 """CLP's ``CompressionJobStatus``: PENDING, RUNNING, SUCCEEDED, FAILED, KILLED (never change)."""
 _RUNNING = 1
@@ -39,7 +41,7 @@ CLP_TABLES = (
 _LISTED = 10
 
 
-class DowngradeRefused(RuntimeError):
+class DowngradeRefused(CoordinatorError, RuntimeError):
     """The downgrade would leave jobs CLP cannot read; nothing was changed."""
 
 

@@ -26,6 +26,7 @@ from typing import cast
 
 from sqlalchemy import ColumnElement, Connection, Table, and_, func, insert, select, update
 
+from coordinator.errors import CoordinatorError
 from coordinator.lifecycle import (
     DEFAULT_COMMITTED_STORAGE,
     STORED_FORMS,
@@ -51,7 +52,7 @@ _jobs = cast(Table, CompressionJob.__table__)
 _history = cast(Table, JobTransition.__table__)
 
 
-class InvalidTransitionRequest(ValueError):
+class InvalidTransitionRequest(CoordinatorError, ValueError):
     """A request that lacks what its edge must record, or carries impossible values.
 
     Raised before any SQL runs; it is a bug in the caller, not a race.

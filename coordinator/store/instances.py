@@ -32,6 +32,7 @@ from typing import cast
 from sqlalchemy import Engine, Select, Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from coordinator.errors import CoordinatorError
 from coordinator.store.clock import utc_now
 from coordinator.store.schema import CoordinatorInstance
 
@@ -49,7 +50,7 @@ _tokens_of_this_process: set[str] = set()
 _tokens_lock = threading.Lock()
 
 
-class InstanceInUse(RuntimeError):
+class InstanceInUse(CoordinatorError, RuntimeError):
     """Another live process holds this instance id."""
 
 

@@ -9,6 +9,7 @@ from typing import cast
 from sqlalchemy import Connection, Engine, Table, insert, select, text
 from sqlalchemy.orm import Session
 
+from coordinator.errors import CoordinatorError
 from coordinator.lifecycle import (
     DEFAULT_COMMITTED_STORAGE,
     IN_FLIGHT_STATUS_VALUES,
@@ -134,7 +135,7 @@ def job_state(job: CompressionJob) -> JobStatus:
     return state_of(job.status, job.committed_at)
 
 
-class SpiderJobUnmatched(LookupError):
+class SpiderJobUnmatched(CoordinatorError, LookupError):
     """No in-flight compression job records the Spider job id, or several do."""
 
 

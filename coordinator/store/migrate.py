@@ -12,11 +12,12 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
 from coordinator.config.locations import PROJECT_ROOT
+from coordinator.errors import CoordinatorError
 
 ALEMBIC_INI = PROJECT_ROOT / "alembic.ini"
 
 
-class SchemaNotCurrent(RuntimeError):
+class SchemaNotCurrent(CoordinatorError, RuntimeError):
     """The database is not at the revision this code expects; run ``alembic upgrade head``."""
 
 

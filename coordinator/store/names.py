@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from coordinator.errors import CoordinatorError
+
 COMPRESSION_JOBS = "compression_jobs"
 COMPRESSION_JOB_TRANSITIONS = "compression_job_transitions"
 DATASETS = "clp_datasets"
@@ -30,7 +32,7 @@ DATASET_NAME_MAX_LENGTH = 44
 _DATASET_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
-class InvalidDatasetName(ValueError):
+class InvalidDatasetName(CoordinatorError, ValueError):
     """A dataset name that CLP's Rust and Python validators would not both accept."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from coordinator.archive_storage import ArchiveOutputSettings
+from coordinator.errors import CoordinatorError
 from coordinator.lifecycle.storage import DEFAULT_COMMITTED_STORAGE, CommittedStorage
 
 WORKER_SETTINGS_ENV = "COORDINATOR_WORKER_SETTINGS"
@@ -27,7 +28,7 @@ S3_READ_FIRST_DELAY_SECS = 1.0
 S3_READ_MAX_DELAY_SECS = 8.0
 
 
-class TaskError(Exception):
+class TaskError(CoordinatorError):
     """A task failed for a reason an operator can act on; the message says what and why."""
 
 
