@@ -19,8 +19,9 @@ What it does:
    jobs passes the next of ``--kills`` random thresholds (at least ``--kill-gap`` apart) and
    restarts it after a random delay; stops one replica for good once (the scale-down: SIGKILL by
    default, so its leases must expire and another replica takes its jobs and its engine's jobs
-   over); and asks an operator cancel (``cancel_job``) of a random unfinished job at ``--cancels``
-   random thresholds. Timing makes a run not exactly reproducible; the choices are the seed's.
+   over); and asks an operator cancel (``request_cancel``) of a random unfinished job at
+   ``--cancels`` random thresholds. Timing makes a run not exactly reproducible; the choices are
+   the seed's.
    ``--crash-at-registration N`` (default 0) makes the first N replica processes started die
    right after their first RegisterJob, before recording it (``COORDINATOR_CRASH_AT=registered``,
    exit 137 as abrupt as a SIGKILL): an interrupted registration every run (the kills make one
@@ -86,7 +87,6 @@ import zstandard
 from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
-from coordinator.cli.jobs import cancel_job
 from coordinator.cli.samples import json_log_lines
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.engine.embedded.engine import UNRECORDED_GRACE_SECS, UNRECORDED_REGISTRATION
@@ -97,6 +97,7 @@ from coordinator.runtime import INSTANCE_STALE_AFTER_SECS, archive_output_of
 from coordinator.service.cleanup import settle_archives, terminal_jobs_with_stored_archives
 from coordinator.service.crashpoints import CRASH_ENV, CRASH_EXIT_STATUS
 from coordinator.service.ingest import submit_job
+from coordinator.service.operator_cancel import request_cancel
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
@@ -730,7 +731,7 @@ class ChaosLoop:
             at = "any"
         self.cancelled.add(job_id)
         try:
-            outcome = str(cancel_job(self.store, job_id, "soak-operator"))
+            outcome = request_cancel(self.store, job_id, "soak-operator").message
         except Exception as error:
             outcome = f"error: {type(error).__name__}: {error}"
         self.result.cancels.append(CancelRequest(job_id, at, outcome))

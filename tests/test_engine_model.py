@@ -72,7 +72,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 import coordinator.service.coordinator as coordinator_module
 import coordinator.store.instances as instances_module
-from coordinator.cli.jobs import cancel_job
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.engine.embedded.engine import COMMIT, STATE_NAMES, EmbeddedSpider
 from coordinator.engine.embedded.faults import Fault, FaultKind
@@ -94,6 +93,7 @@ from coordinator.runtime import archive_output_of, worker_settings
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.crashpoints import POINTS
 from coordinator.service.ingest import put_files
+from coordinator.service.operator_cancel import request_cancel
 from coordinator.store.database import create_database_engine, is_transient
 from coordinator.store.instances import COORDINATOR, Presence
 from coordinator.store.jobs import JobStore
@@ -747,7 +747,7 @@ def test_a_cancel_whose_reply_was_lost_does_not_strand_the_job() -> None:
 
     def program(model: EngineModel) -> None:
         model.replicas["a"].tick()
-        cancel_job(model.store, model.jobs[0], "model")
+        request_cancel(model.store, model.jobs[0], "model")
         model.clock.advance(1.0)
         with _lose_the_reply(model, "a", "cancel_job"), pytest.raises(SQLAlchemyError):
             model.replicas["a"].tick()

@@ -50,13 +50,13 @@ from hypothesis.stateful import (
 from sqlalchemy import Engine, Table, event, func, inspect, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from coordinator.cli.jobs import cancel_job
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.engine.tasks.commit import archive_storage_directory
 from coordinator.lifecycle import JobStatus, state_of
 from coordinator.runtime import archive_output_of
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import put_files, submit_job
+from coordinator.service.operator_cancel import request_cancel
 from coordinator.spider.port import (
     InvalidJobState,
     JobNotFound,
@@ -474,7 +474,7 @@ class OperatorRules:
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         job_id = data.draw(st.sampled_from(self.jobs))
-        cancel_job(self.store, job_id, "model")
+        request_cancel(self.store, job_id, "model")
 
 
 class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachine):

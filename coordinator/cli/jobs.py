@@ -1,4 +1,5 @@
-"""``submit``, ``jobs``, ``show`` and ``cancel``: what an operator does with compression jobs.
+"""``jobs`` and ``show``: what an operator reads of compression jobs (``cancel``:
+``coordinator.service.operator_cancel``).
 
 ``show --json`` is a stable document::
 
@@ -20,22 +21,15 @@ from typing import Any, cast
 
 from sqlalchemy import Engine, Row, Table, select
 
-from coordinator.errors import CoordinatorError
-from coordinator.lifecycle import Actor, JobStatus, describe_status, describe_stored
+from coordinator.lifecycle import describe_status, describe_stored
 from coordinator.service.prepare import known_dataset_of
 from coordinator.store.archives import published_archives_of_job
 from coordinator.store.datasets import archives_table
-from coordinator.store.guarded import Applied, TransitionRequest
-from coordinator.store.jobs import JobStore, job_state
-from coordinator.store.leases import request_cancel
+from coordinator.store.jobs import JobStore, NoSuchJob
 from coordinator.store.schema import CompressionJob
 from coordinator.store.stored_archives import stored_archives_of_job
 
 _jobs = cast(Table, CompressionJob.__table__)
-
-
-class NoSuchJob(CoordinatorError, LookupError):
-    """No compression job has this id."""
 
 
 def _time(value: datetime | None) -> str | None:
@@ -129,37 +123,3 @@ def _published_archives(engine: Engine, job_id: int, spider_id: int | None) -> l
         }
         for row in rows
     ]
-
-
-def cancel_job(store: JobStore, job_id: int, operator: str) -> str:
-    """Persist a cancel request; kill a Pending job no coordinator holds at once. What happened.
-
-    A Pending job held by a coordinator, or a Running one, is left to the coordinator, which kills
-    it directly or cancels it through Spider (a job whose commit is under way completes). Raises
-    ``NoSuchJob``.
-    """
-    now = store.clock()
-    if not request_cancel(store.engine, job_id, now):
-        raise NoSuchJob(f"no compression job {job_id}")
-    job = store.get(job_id)
-    assert job is not None
-    status = job_state(job)
-    unheld = job.lease_expires_at is None or job.lease_expires_at < now
-    if status is JobStatus.PENDING and unheld:
-        result = store.transition(
-            TransitionRequest(
-                job_id,
-                "cancelled",
-                JobStatus.PENDING,
-                JobStatus.KILLED,
-                Actor.OPERATOR,
-                reason="Cancelled by an operator before submission.",
-                actor_id=operator,
-                fence=job.lease_epoch,
-            )
-        )
-        if isinstance(result, Applied):
-            return f"job {job_id} killed (it had not been submitted)"
-    if status.is_terminal:
-        return f"job {job_id} is already {status.label}; nothing to cancel"
-    return f"cancel requested for job {job_id} ({status.label}); the coordinator acts on it"

@@ -52,11 +52,12 @@ from coordinator.service.ingest import (
     put_files,
     submit_job,
 )
+from coordinator.service.operator_cancel import request_cancel
 from coordinator.service.outage import describe_error
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.downgrade import DowngradeRefused
-from coordinator.store.jobs import JobStore
+from coordinator.store.jobs import JobStore, NoSuchJob
 from coordinator.store.names import InvalidDatasetName
 
 Handler = Callable[[argparse.Namespace], int]
@@ -83,7 +84,7 @@ def _explain(error: Exception) -> tuple[int, str] | None:
     match error:
         case ConfigError() | migrate.SchemaNotCurrent():
             return 2, str(error)
-        case job_commands.NoSuchJob() | IngestError() | InvalidDatasetName() | DowngradeRefused():
+        case NoSuchJob() | IngestError() | InvalidDatasetName() | DowngradeRefused():
             explained = 1, str(error)
         case ArgumentError():  # an unparsable URL or an unknown dialect
             explained = 2, f"cannot use the database URL: {_first_line(error)}"
@@ -370,7 +371,7 @@ def _print_job(document: dict[str, Any]) -> None:
 
 def _cancel(args: argparse.Namespace) -> int:
     with _database(args) as engine:
-        print(job_commands.cancel_job(JobStore(engine), args.job, operator=getpass.getuser()))
+        print(request_cancel(JobStore(engine), args.job, operator=getpass.getuser()).message)
     return 0
 
 

@@ -8,8 +8,9 @@ Three files in ``diagrams/``:
   bytes depend on the Graphviz version, so it carries the SHA-256 of the DOT source it was drawn
   from, and the check compares that instead of the bytes.
 
-and ``lifecycle.md`` in ``docs/``: the diagram and the tables (``coordinator.lifecycle.tables``); and
-the Mermaid diagram inside the README, between two marker lines (``README_BEGIN``, ``README_END``).
+and ``lifecycle.md`` in ``docs/``: the diagram and the tables (``coordinator.lifecycle.tables``);
+and the Mermaid diagram inside the README, between two marker lines (``README_BEGIN``,
+``README_END``).
 Edges the coordinator takes in reaction to Spider are labelled with those outcomes.
 
 ``check`` reports every file that differs from what the code generates now.

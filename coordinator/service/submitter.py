@@ -146,7 +146,8 @@ class Submitter:
             message = f"Compression job failed: Spider rejected the task graph: {error}"
             self.mover.move(job, Trigger.REJECTED, JobStatus.FAILED, message)
         except Unauthenticated:
-            self.resource_group.invalidate()  # Spider's storage was reset (H11)
+            # Spider's storage was reset (hazard H11, docs/hazards.md): register the group anew.
+            self.resource_group.invalidate()
             retry_later(
                 job,
                 "Spider does not know the resource group; registering it again",

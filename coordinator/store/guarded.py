@@ -36,12 +36,12 @@ from coordinator.lifecycle import (
     JobStatus,
     Record,
     RowGuard,
+    Trigger,
     describe_stored,
     plan_transition,
     state_of,
     stored_status,
 )
-from coordinator.store.clock import Clock, utc_now
 from coordinator.store.messages import fit_status_msg
 from coordinator.store.schema import CompressionJob, JobTransition
 
@@ -70,7 +70,7 @@ class TransitionRequest:
     """
 
     job_id: int
-    trigger: str
+    trigger: Trigger
     source: JobStatus
     target: JobStatus
     actor: Actor
@@ -139,19 +139,20 @@ def apply_transition(
     connection: Connection,
     request: TransitionRequest,
     *,
-    clock: Clock = utc_now,
+    now: datetime,
     fit_message: Callable[[str], str] = fit_status_msg,
     committed_storage: CommittedStorage = DEFAULT_COMMITTED_STORAGE,
 ) -> TransitionResult:
     """Apply ``request`` inside the transaction already open on ``connection``.
 
-    ``committed_storage`` selects the ``status`` a move into Committed writes. The caller commits
-    (and runs any statements that must be atomic with the move, after an ``Applied``). Raises
+    ``now`` is the instant the move and its history row record (the store never reads the clock
+    itself: ``JobStore`` passes its injected clock). ``committed_storage`` selects the ``status`` a
+    move into Committed writes. The caller commits (and runs any statements that must be atomic
+    with the move, after an ``Applied``). Raises
     ``IllegalTransition`` or ``InvalidTransitionRequest`` before any SQL, and the driver's errors
     as they come (the caller's transaction is then to be rolled back).
     """
     edge = validate_request(request)
-    now = clock()
     values = _recorded_values(connection, edge, request, now, fit_message)
     if values is None:
         return NotFound(request.job_id)

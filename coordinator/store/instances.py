@@ -33,7 +33,7 @@ from sqlalchemy import Engine, Select, Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from coordinator.errors import CoordinatorError
-from coordinator.store.clock import utc_now
+from coordinator.store.clock import Clock, utc_now
 from coordinator.store.schema import CoordinatorInstance
 
 _log = logging.getLogger(__name__)
@@ -119,7 +119,9 @@ class Presence:
         name: str | None = None,
         *,
         stale_after_secs: float = DEFAULT_STALE_AFTER_SECS,
+        clock: Clock = utc_now,
     ) -> None:
+        self.clock = clock
         self.token = uuid.uuid4().hex
         self.kind = kind
         self.name = name if name is not None else self.token
@@ -183,7 +185,7 @@ class Presence:
         raise InstanceInUse(f"{self.kind} instance id {self.name!r}: cannot take its row")
 
     def _take_once(self) -> _Holder | None:
-        now = utc_now()
+        now = self.clock()
         values = {
             "token": self.token,
             "host": self._host,
@@ -221,7 +223,7 @@ class Presence:
 
     def _forget_old_engines(self) -> None:
         """Delete rows of standalone engines that are certainly gone (best effort)."""
-        now = utc_now()
+        now = self.clock()
         try:
             with self._db.begin() as connection:
                 rows = connection.execute(
@@ -259,7 +261,7 @@ class Presence:
     def beat(self) -> bool:
         """One heartbeat; ``False`` when it failed (the database is unavailable) or the row was
         taken by another process. Never raises."""
-        now = utc_now()
+        now = self.clock()
         try:
             with self._db.begin() as connection:
                 renewed = connection.execute(

@@ -135,6 +135,10 @@ def job_state(job: CompressionJob) -> JobStatus:
     return state_of(job.status, job.committed_at)
 
 
+class NoSuchJob(CoordinatorError, LookupError):
+    """No compression job has this id."""
+
+
 class SpiderJobUnmatched(CoordinatorError, LookupError):
     """No in-flight compression job records the Spider job id, or several do."""
 
