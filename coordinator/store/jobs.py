@@ -71,7 +71,7 @@ class JobStore:
         return apply_transition(
             connection,
             request,
-            clock=self.clock,
+            now=self.clock(),
             fit_message=self.fit_status_msg,
             committed_storage=self.committed_storage,
         )
