@@ -38,7 +38,12 @@ from coordinator.store import migrate
 from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table, ensure_dataset_tables
 from coordinator.store.jobs import JobStore
-from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives_of_job
+from coordinator.store.stored_archives import (
+    StoredArchiveRecord,
+    begin_storing,
+    stored_archives_of_job,
+    tasks_with_stored_archives,
+)
 from coordinator.task_io import CompressionTaskOutput
 from tests.paths import SPIDER_ID, new_job_in, request
 from tests.s3_server import s3_client, s3_endpoint
@@ -376,3 +381,29 @@ def test_coordinator_archives_prints_the_entries_without_a_record(
     document = json.loads(capsys.readouterr().out)
     assert (document["listed"], document["unrecorded"]) == (1, [str(stray)])
     assert stray.exists()
+
+
+def test_the_tasks_with_stored_archives_are_counted_per_job(store: JobStore) -> None:
+    """The demo's progress: tasks of the job that recorded an archive, each counted once."""
+    job_id, other = new_job_in(store, JobStatus.RUNNING), new_job_in(store, JobStatus.RUNNING)
+    recorded = [(job_id, "0", 1, "a"), (job_id, "0", 2, "b"), (job_id, "1", 1, "c")]
+    recorded += [(other, "2", 1, "d")]
+    with store.engine.begin() as connection:
+        assert tasks_with_stored_archives(connection, job_id) == 0
+        for owner, task_id, instance_id, archive_id in recorded:
+            begin_storing(
+                connection,
+                StoredArchiveRecord(
+                    spider_job_id=SPIDER_ID,
+                    task_id=task_id,
+                    instance_id=instance_id,
+                    dataset=DATASET,
+                    archive_id=archive_id,
+                    location=f"/archives/{DATASET}/{archive_id}",
+                    size=1,
+                    stored_at=utc_now(),
+                    job_id=owner,
+                ),
+            )
+        assert tasks_with_stored_archives(connection, job_id) == 2
+        assert tasks_with_stored_archives(connection, other) == 1

@@ -40,6 +40,7 @@ def test_demo_runs_a_whole_job_from_nothing(
     assert "Pending -> Running  [submitted by coordinator]" in out
     assert "Running -> Committed  [committed by commit_task]" in out
     assert "Job 1: Succeeded" in out
+    assert re.search(r"compress tasks done: (\d+)/\1\n", out), out
     assert "Compression ratio:" in out
     assert "Search 'level: \"ERROR\"' -> {" in out and '"level": "ERROR"' in out
     document = _json(capsys, "show", "1", "--json", "--data-dir", str(data_dir))

@@ -14,7 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-from sqlalchemy import func, select
 from yscope_clp_core import KqlQuery, search_archive
 
 from coordinator.cli.jobs import show_job
@@ -24,7 +23,7 @@ from coordinator.lifecycle import describe_status
 from coordinator.runtime import Runtime, open_runtime
 from coordinator.service.ingest import DEFAULT_BUCKET, put_files, submit_job
 from coordinator.store.jobs import job_state
-from coordinator.store.schema import StoredArchive
+from coordinator.store.stored_archives import tasks_with_stored_archives
 
 SERVICES = ("api", "auth", "billing", "search")
 EVENTS_PER_FILE = 25_000
@@ -71,11 +70,7 @@ def _follow(runtime: Runtime, job_id: int, worker: threading.Thread) -> None:
         assert job is not None
         if job.spider_id is not None and job.num_tasks:
             with runtime.engine.connect() as connection:
-                done = connection.execute(
-                    select(func.count(func.distinct(StoredArchive.task_id))).where(
-                        StoredArchive.job_id == job.id
-                    )
-                ).scalar_one()
+                done = tasks_with_stored_archives(connection, job.id)
             if done != tasks_done:
                 tasks_done = done
                 print(f"  compress tasks done: {done}/{job.num_tasks}")

@@ -162,6 +162,19 @@ def stored_archives_of_job(connection: Connection, job_id: int) -> list[StoredAr
     return _records(connection, _stored.c.job_id == job_id)
 
 
+def tasks_with_stored_archives(connection: Connection, job_id: int) -> int:
+    """How many tasks of the compression job have recorded an archive (in any state).
+
+    A compress task records its archives as it stores them, so this is how many have got that
+    far: the progress ``coordinator demo`` shows.
+    """
+    return int(
+        connection.execute(
+            select(func.count(func.distinct(_stored.c.task_id))).where(_stored.c.job_id == job_id)
+        ).scalar_one()
+    )
+
+
 def _records(connection: Connection, condition: Any) -> list[StoredArchiveRecord]:
     rows = connection.execute(select(_stored).where(condition).order_by(_stored.c.id)).mappings()
     return [StoredArchiveRecord(**row) for row in rows]
