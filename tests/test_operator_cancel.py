@@ -37,46 +37,41 @@ def test_a_pending_job_no_coordinator_holds_is_killed_at_once(store: JobStore) -
     )
 
 
-def test_a_pending_job_a_coordinator_holds_is_left_to_that_coordinator(store: JobStore) -> None:
-    job_id = new_job_in(store, JobStatus.PENDING)
-    claimed = claim_pending(
-        store.engine,
-        owner="other",
-        lease=timedelta(minutes=1),
-        now=store.clock(),
-        limit=1,
-        is_ours=lambda _id, _config: True,
-    )
-    assert [lease.job_id for lease in claimed] == [job_id]
+ACTED_ON = "cancel requested for job {job} ({status}); the coordinator acts on it"
+NOTHING_TO_DO = "job {job} is already {status}; nothing to cancel"
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (JobStatus.PENDING, ACTED_ON),  # held by a coordinator: it kills the job itself
+        (JobStatus.RUNNING, ACTED_ON),
+        (JobStatus.COMMITTED, ACTED_ON),
+        (JobStatus.SUCCEEDED, NOTHING_TO_DO),
+        (JobStatus.FAILED, NOTHING_TO_DO),
+        (JobStatus.KILLED, NOTHING_TO_DO),
+    ],
+)
+def test_any_other_job_is_left_to_its_coordinator_or_as_it_is(
+    store: JobStore, status: JobStatus, message: str
+) -> None:
+    job_id = new_job_in(store, status)
+    if status is JobStatus.PENDING:
+        claimed = claim_pending(
+            store.engine,
+            owner="other",
+            lease=timedelta(minutes=1),
+            now=store.clock(),
+            limit=1,
+            is_ours=lambda _id, _config: True,
+        )
+        assert [lease.job_id for lease in claimed] == [job_id]
 
     outcome = request_cancel(store, job_id, "alice")
 
-    assert outcome == CancelOutcome(job_id, JobStatus.PENDING, killed=False)
-    assert outcome.message == (
-        f"cancel requested for job {job_id} (Pending); the coordinator acts on it"
-    )
-    assert _state(store, job_id) == (JobStatus.PENDING, True)
-
-
-def test_a_started_job_is_left_to_the_coordinator(store: JobStore) -> None:
-    job_id = new_job_in(store, JobStatus.RUNNING)
-
-    outcome = request_cancel(store, job_id, "alice")
-
-    assert outcome.message == (
-        f"cancel requested for job {job_id} (Running); the coordinator acts on it"
-    )
-    assert _state(store, job_id) == (JobStatus.RUNNING, True)
-
-
-def test_a_terminal_job_stays_as_it_is(store: JobStore) -> None:
-    job_id = new_job_in(store, JobStatus.SUCCEEDED)
-
-    outcome = request_cancel(store, job_id, "alice")
-
-    assert outcome == CancelOutcome(job_id, JobStatus.SUCCEEDED, killed=False)
-    assert outcome.message == f"job {job_id} is already Succeeded; nothing to cancel"
-    assert _state(store, job_id)[0] is JobStatus.SUCCEEDED
+    assert outcome == CancelOutcome(job_id, status, killed=False)
+    assert outcome.message == message.format(job=job_id, status=status.label)
+    assert _state(store, job_id) == (status, True)
 
 
 def test_an_unknown_job_is_refused(store: JobStore) -> None:
