@@ -44,6 +44,23 @@ def sleep(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
     return [b"slept"]
 
 
+def release(staging_directory: Path, job_id: int) -> None:
+    """Let the ``wait_for_release`` instances of job ``job_id`` return."""
+    (staging_directory / f"release-{job_id}").touch()
+
+
+def wait_for_release(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    """Runs until the test calls ``release`` (at most 60 s): a task that is surely still running
+    when the test acts on it, however slow the machine, and ends when the test says so."""
+    _record(ctx, event="start")
+    released = ctx.settings.staging_directory / f"release-{ctx.job_id}"
+    deadline = time.monotonic() + 60
+    while not released.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _record(ctx, event="done")
+    return [b"released"]
+
+
 def slow_first_run(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
     """Hangs on its first run ever (for restart tests); returns at once afterwards."""
     marker = ctx.settings.staging_directory / f"ran-{ctx.job_id}-{ctx.task_id}"
@@ -99,6 +116,7 @@ def package() -> TaskPackage:
             "echo": echo,
             "join": join,
             "sleep": sleep,
+            "wait_for_release": wait_for_release,
             "slow_first_run": slow_first_run,
             "fail": fail,
             "crash": crash,

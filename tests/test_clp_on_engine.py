@@ -6,7 +6,6 @@ does this for every job comes with the coordinator service.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from sqlalchemy import Engine, select
@@ -25,10 +24,11 @@ from coordinator.spider.task_graph import build_compression_job
 from coordinator.store.datasets import archives_table
 from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore, job_state
-from coordinator.store.stored_archives import stored_archives
+from coordinator.store.stored_archives import STORED, StoredArchiveRecord, stored_archives
 from coordinator.task_io import ClpSCompressionOption, DefaultAuthentication, S3InputSource
 from tests.engine_support import wait_for
 from tests.sample_logs import write_json_logs
+from tests.timing import wait_until
 
 BUCKET = "ingest"
 EVENTS_PER_FILE = 400
@@ -137,10 +137,19 @@ def test_a_failing_compress_task_fails_the_job_and_publishes_nothing(
         job_id, spider_job = _submit_clp_job(store, spider, tmp_path, "web")
         assert wait_for(spider, spider_job, JobState.SUCCEEDED, JobState.FAILED) is JobState.FAILED
         assert spider.get_job_error(spider_job) == in_task_failure("object store unreachable")
-        time.sleep(0.5)  # task 0 may still be storing; its archives stay recorded
+
+        def stored_by_task_0() -> list[StoredArchiveRecord]:
+            with migrated_engine.connect() as connection:
+                records = stored_archives(connection, spider_job)
+            return [r for r in records if r.task_id == "0" and r.state == STORED]
+
+        # Task 0 (the other partition) runs on after the job failed: its archive is stored and
+        # stays recorded.
+        wait_until(stored_by_task_0, what="task 0's archive stored")
     job = store.get(job_id)
     assert job is not None and job.status == JobStatus.RUNNING  # the coordinator decides next
     with migrated_engine.connect() as connection:
         records = stored_archives(connection, spider_job)
+    assert [r.task_id for r in records] == ["0"]
     for record in records:  # what a clean-up must remove is known
         assert Path(record.location).is_file()

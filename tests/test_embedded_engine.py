@@ -36,6 +36,8 @@ from tests.engine_support import (
     wait_for,
     wait_for_journal,
 )
+from tests.engine_tasks import release
+from tests.timing import MovableClock, wait_until
 
 PASSWORD = b"compression-coordinator"
 DONE = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
@@ -144,19 +146,24 @@ def test_the_commit_is_retried_then_fails_the_job(
 
 
 def test_cancel_in_ready_and_running(migrated_engine: Engine, spider_dir: Path) -> None:
-    with running_engine(migrated_engine, spider_dir) as spider:
+    with running_engine(migrated_engine, spider_dir, workers=1) as spider:
         group = spider.add_resource_group("rg", PASSWORD)
         ready = submit(spider, group, graph(task("echo")), [b"a"])
         assert spider.cancel_job(ready) is JobState.CANCELLED
         with pytest.raises(ServerError):
             spider.start_job(ready)
 
-        running = _run(spider, graph(task("sleep")), [b"1.5"])
+        running = _run(spider, graph(task("wait_for_release")), [b"a"])
         wait_for_journal(spider_dir, running, "start")
         assert spider.cancel_job(running) is JobState.CANCELLED
+        release(spider_dir, running)
         wait_for_journal(spider_dir, running, "done")  # in-flight instances are not stopped
-        time.sleep(0.2)
-        assert spider.get_job_state(running) is JobState.CANCELLED  # their report is ignored
+        # The one worker reports an instance before it takes the next: once the next job has run,
+        # the cancelled job's report has arrived (a commit it wrongly released would have run
+        # first, commits go ahead of regular tasks).
+        after = _run(spider, graph(task("echo"), commit=False), [b"b"])
+        assert wait_for(spider, after, *DONE) is JobState.SUCCEEDED
+        assert spider.get_job_state(running) is JobState.CANCELLED  # the report was ignored
         assert not [e for e in journal(spider_dir, running) if e["event"] == "commit"]
 
 
@@ -178,8 +185,8 @@ def test_cancel_in_commit_ready_without_cleanup_is_refused(
 def test_cancel_with_a_cleanup_task(migrated_engine: Engine, spider_dir: Path) -> None:
     with running_engine(migrated_engine, spider_dir) as spider:
         group = spider.add_resource_group("rg", PASSWORD)
-        with_cleanup = graph(task("sleep"), cleanup=True)
-        ready = submit(spider, group, with_cleanup, [b"1"])
+        with_cleanup = graph(task("wait_for_release"), cleanup=True)
+        ready = submit(spider, group, with_cleanup, [b"a"])
         with pytest.raises(ServerError, match="Ready job with a cleanup task"):
             spider.cancel_job(ready)
         spider.start_job(ready)
@@ -187,17 +194,33 @@ def test_cancel_with_a_cleanup_task(migrated_engine: Engine, spider_dir: Path) -
         assert spider.cancel_job(ready) in (JobState.CLEANUP_READY, JobState.CANCELLED)
         assert wait_for(spider, ready, *DONE) is JobState.CANCELLED
         wait_for_journal(spider_dir, ready, "cleanup")
+        release(spider_dir, ready)
 
 
 def test_terminal_jobs_are_final(migrated_engine: Engine, spider_dir: Path) -> None:
-    with running_engine(migrated_engine, spider_dir, retention=1.0) as spider:
+    clock = MovableClock()
+    retention = 300.0
+    with running_engine(
+        migrated_engine, spider_dir, retention=retention, clock=clock.monotonic
+    ) as spider:
         job_id = _run(spider, graph(task("echo")), [b"a"])
         assert wait_for(spider, job_id, *DONE) is JobState.SUCCEEDED
         with pytest.raises(ServerError):
             spider.cancel_job(job_id)  # still retained: Spider answers INTERNAL
         with pytest.raises(ServerError):
             spider.start_job(job_id)
-        time.sleep(1.5)
+
+        def evicted() -> bool:
+            try:
+                spider.start_job(job_id)
+            except JobNotFound:
+                return True  # no longer retained: read from the database
+            except ServerError:
+                return False  # still retained
+            raise AssertionError("a terminal job was started")
+
+        clock.advance(retention)
+        wait_until(evicted, what="the terminal job's eviction")  # the engine's next round
         assert spider.cancel_job(job_id) is JobState.SUCCEEDED  # evicted: the stored state
         with pytest.raises(JobNotFound):
             spider.start_job(job_id)

@@ -50,8 +50,8 @@ from tests.grpc_support import (
     grpc_server,
     scripted_server,
     unused_port,
-    wait_until,
 )
+from tests.timing import wait_until
 
 LOCALHOST = "127.0.0.1"
 PASSWORD = b"compression-coordinator"
@@ -196,31 +196,29 @@ def test_undecodable_outputs_are_a_server_error(fake: ScriptedSpider, spider: Gr
 # --- (b) retries -------------------------------------------------------------------------------
 
 
-def test_register_job_is_attempted_once_when_unavailable(
-    scripted: Any, fake: ScriptedSpider
+@pytest.mark.parametrize(
+    ("answer", "deadline_secs", "code"),
+    [
+        (Abort(grpc.StatusCode.UNAVAILABLE, "storage restarting"), 5.0, "UNAVAILABLE"),
+        (Hang(30), 0.3, "DEADLINE_EXCEEDED"),
+    ],
+    ids=["unavailable", "past its deadline"],
+)
+def test_register_job_is_attempted_once(
+    scripted: Any, fake: ScriptedSpider, answer: Abort | Hang, deadline_secs: float, code: str
 ) -> None:
-    fake.script("RegisterJob", *[Abort(grpc.StatusCode.UNAVAILABLE, "storage restarting")] * 5)
+    fake.script("RegisterJob", *[answer] * 5)
+    pauses: list[float] = []
     with (
-        client(scripted[1], max_retries=10) as spider,
-        pytest.raises(Unavailable, match="may or may not have been registered"),
+        client(
+            scripted[1], max_retries=10, deadline_secs=deadline_secs, sleep=pauses.append
+        ) as spider,
+        pytest.raises(Unavailable, match=rf"{code}.*may or may not have been registered"),
     ):
         spider.register_job(1, b"g", b"in")
-    time.sleep(0.1)
-    assert fake.count("RegisterJob") == 1
-
-
-def test_register_job_is_attempted_once_past_its_deadline(
-    scripted: Any, fake: ScriptedSpider
-) -> None:
-    fake.script("RegisterJob", Hang(30))
-    started = time.monotonic()
-    with (
-        client(scripted[1], max_retries=10, deadline_secs=0.3) as spider,
-        pytest.raises(Unavailable, match=r"DEADLINE_EXCEEDED.*may or may not have been registered"),
-    ):
-        spider.register_job(1, b"g", b"in")
-    assert time.monotonic() - started < 3
-    time.sleep(0.3)
+    assert pauses == []  # no back-off: no second attempt
+    # The one attempt reached the server (a hanging one perhaps only after the client gave up).
+    wait_until(lambda: fake.count("RegisterJob") >= 1, what="RegisterJob reaching the server")
     assert fake.count("RegisterJob") == 1
 
 
@@ -231,9 +229,11 @@ def test_unavailable_is_retried_until_it_succeeds(scripted: Any, fake: ScriptedS
         Abort(grpc.StatusCode.UNAVAILABLE, "not yet"),
         Reply(storage_pb2.JobStateResponse(state=storage_pb2.READY)),
     )
-    with client(scripted[1], max_retries=10) as spider:
+    pauses: list[float] = []
+    with client(scripted[1], max_retries=10, sleep=pauses.append) as spider:
         assert spider.get_job_state(5) is JobState.READY
     assert fake.count("GetJobState") == 3
+    assert len(pauses) == 2  # a pause before each retry
 
 
 def test_retries_give_up_after_the_cap(scripted: Any, fake: ScriptedSpider) -> None:
@@ -253,25 +253,29 @@ def test_the_back_off_is_spiders(scripted: Any, fake: ScriptedSpider) -> None:
     expected = [0.1, 0.2, 0.4, 0.8, 1.6, 3.0, 3.0, 3.0, 3.0, 3.0]  # 100 ms doubling, 3 s cap
     for pause, base in zip(pauses, expected, strict=True):
         assert base <= pause <= base + 0.02  # ≤ 20 ms jitter
+    # The client waits those pauses between its attempts (recorded here, not waited).
     fake.script("GetJobState", *[Abort(grpc.StatusCode.UNAVAILABLE, "down")] * 3)
-    settings = {"initial_backoff_secs": 0.05, "max_backoff_secs": 0.1, "max_retries": 3}
-    started = time.monotonic()
-    with client(scripted[1], **settings) as spider:
+    waited: list[float] = []
+    with GrpcSpider(LOCALHOST, scripted[1], sleep=waited.append) as spider:
         assert spider.get_job_state(5) is JobState.READY
-    assert time.monotonic() - started >= 0.05 + 0.1 + 0.1
+    assert fake.count("GetJobState") == 4
+    for pause, base in zip(waited, expected[:3], strict=True):
+        assert base <= pause <= base + 0.02
 
 
-def test_an_unreachable_server_is_unavailable_after_the_retries() -> None:
-    with (
-        client(unused_port(), max_retries=2) as spider,
-        pytest.raises(Unavailable, match="after 3 attempts"),
-    ):
-        spider.get_job_state(1)
-    with (
-        client(unused_port(), max_retries=2) as spider,
-        pytest.raises(Unavailable, match="may or may not have been registered"),
-    ):
-        spider.register_job(1, b"g", b"in")
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (CALLS["GetJobState"], "after 3 attempts"),
+        (CALLS["RegisterJob"], "may or may not have been registered"),
+    ],
+    ids=["GetJobState", "RegisterJob"],
+)
+def test_an_unreachable_server_is_unavailable_after_the_retries(
+    call: Callable[[GrpcSpider], Any], message: str
+) -> None:
+    with client(unused_port(), max_retries=2) as spider, pytest.raises(Unavailable, match=message):
+        call(spider)
 
 
 # --- (c) the 4 MiB limit -----------------------------------------------------------------------
@@ -304,7 +308,6 @@ def test_a_register_job_over_4_mib_is_refused_before_sending(
         assert "too large" in message
         assert f"{MAX_MESSAGE_BYTES + 1} bytes, 1 bytes over" in message
         assert "4 MiB" in message
-        time.sleep(0.1)
         assert fake.count("RegisterJob") == 0
         # Exactly 4 MiB is within the limit (grpc's own receive limit agrees).
         graph_bytes, inputs = _register_request_of(MAX_MESSAGE_BYTES)
@@ -345,15 +348,22 @@ def test_a_closed_client_is_unavailable(scripted: Any, fake: ScriptedSpider) -> 
         spider.get_job_state(1)
 
 
-def test_nonsensical_settings_are_refused() -> None:
-    for settings in (
+@pytest.mark.parametrize(
+    "settings",
+    [
         {"deadline_secs": 0},
         {"max_retries": -1},
         {"initial_backoff_secs": 2.0, "max_backoff_secs": 1.0},
         {"backoff_jitter_secs": -0.1},
-    ):
-        with pytest.raises(ValueError):
-            GrpcSpider(LOCALHOST, 1, **settings)
+    ],
+    ids=["deadline", "retries", "back-off", "jitter"],
+)
+def test_nonsensical_settings_are_refused(settings: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        GrpcSpider(LOCALHOST, 1, **settings)
+
+
+def test_an_ipv6_host_is_bracketed() -> None:
     assert GrpcSpider("::1", 50051).target == "[::1]:50051"
 
 

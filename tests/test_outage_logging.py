@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from pathlib import Path
 from typing import cast
 
@@ -29,15 +28,9 @@ from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.schema import CompressionJob
 from tests.sample_logs import write_json_logs
+from tests.timing import wait_until
 
 LOGGER = "coordinator.service.coordinator"
-
-
-def _wait_for(condition: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_an_outage_is_one_line_then_summaries_at_growing_intervals(tmp_path: Path) -> None:
@@ -93,10 +86,10 @@ def test_the_service_logs_an_outage_without_tracebacks_and_reports_its_end(
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         thread.start()
         try:
-            _wait_for(lambda: len(caplog.records) >= 2)  # the first failure, then one summary
+            wait_until(lambda: len(caplog.records) >= 2)  # the first failure, then one summary
             database.parent.mkdir()
             migrate.upgrade(engine)
-            _wait_for(lambda: "available again" in caplog.records[-1].getMessage())
+            wait_until(lambda: "available again" in caplog.records[-1].getMessage())
         finally:
             coordinator.stopping.set()
             thread.join(timeout=30)

@@ -26,12 +26,13 @@ from coordinator.runtime import (
 )
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import submit_job
-from coordinator.spider.port import JobState
+from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.database import create_database_engine
 from coordinator.store.instances import COORDINATOR, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CoordinatorInstance, EngineJob
 from tests.sample_logs import write_json_logs
+from tests.timing import MovableClock, wait_until
 
 
 def _one_job(
@@ -49,43 +50,64 @@ def _one_job(
     return config, engine, job_id, spider
 
 
+_LEASE = timedelta(seconds=30)
+
+
+def _coordinator(
+    config: CoordinatorConfig,
+    engine: Engine,
+    spider: SpiderPort,
+    name: str,
+    clock: MovableClock,
+) -> Coordinator:
+    """A coordinator whose clocks (monotonic and the database's) are ``clock``: its leases expire
+    when the test moves the clock, not after a wait."""
+    coordinator = Coordinator(
+        engine=engine,
+        spider=spider,
+        settings=config.compression_coordinator,
+        archive_output=archive_output_of(config),
+        instance_id=name,
+        lease_duration=_LEASE,
+        clock=clock.monotonic,
+    )
+    coordinator.store.clock = clock.utc
+    return coordinator
+
+
+def _ticked(coordinator: Coordinator) -> bool:
+    coordinator.tick()
+    return True
+
+
 def test_a_dead_coordinators_job_is_taken_over_and_the_old_one_is_fenced_out(
     tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, engine, job_id, spider = _one_job(tmp_path, database_url, monkeypatch, workers=2)
-
-    def coordinator(name: str) -> Coordinator:
-        return Coordinator(
-            engine=engine,
-            spider=spider,
-            settings=config.compression_coordinator,
-            archive_output=archive_output_of(config),
-            instance_id=name,
-            lease_duration=timedelta(seconds=1),
-        )
+    clock = MovableClock()
 
     try:
-        first, second = coordinator("first"), coordinator("second")
+        first = _coordinator(config, engine, spider, "first", clock)
+        second = _coordinator(config, engine, spider, "second", clock)
         first.tick()  # claims and submits, then "dies" (never ticks again in time)
         store = JobStore(engine)
         row = store.get(job_id)
         assert row is not None and row.status == JobStatus.RUNNING and row.lease_owner == "first"
         assert second.tick().claimed == 0  # the lease is live: hands off
-        time.sleep(1.2)
+        clock.advance(_LEASE.total_seconds() - 10)
+        assert second.tick().claimed == 0  # still live (10 s left, however slow this machine)
+        clock.advance(10)
         assert second.tick().claimed == 1  # expired: taken over, epoch bumped
         row = store.get(job_id)
         assert row is not None and row.lease_owner == "second"
 
-        deadline = time.monotonic() + 60
-        while job_id in second.driven and time.monotonic() < deadline:
-            second.tick()
-            time.sleep(0.05)
+        wait_until(lambda: _ticked(second) and job_id not in second.driven, what="the job's end")
         row = store.get(job_id)
         assert row is not None and row.status == JobStatus.SUCCEEDED
         assert spider.get_job_state(row.spider_id or 0) is JobState.SUCCEEDED
 
-        # The first coordinator wakes up: its lease is gone and it writes nothing.
-        first._next_renewal = 0.0
+        # The first coordinator wakes up (its lease renewal is long due): its lease is gone and
+        # it writes nothing.
         first.tick()
         assert job_id not in first.driven
         history = store.history(job_id)
@@ -99,8 +121,11 @@ def test_a_dead_coordinators_job_is_taken_over_and_the_old_one_is_fenced_out(
         engine.dispose()
 
 
-def test_the_loop_survives_a_database_outage(tmp_path: Path) -> None:
-    """Every tick fails (nothing listens on the port); the loop logs, waits and stops when asked."""
+def test_the_loop_survives_a_database_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every tick fails (nothing listens on the port); the loop logs, waits, tries again and stops
+    when asked."""
     config = load_config(None, data_dir=tmp_path / "var")
     unreachable = create_database_engine("mysql+pymysql://nobody:nothing@127.0.0.1:9/clp")
     coordinator = Coordinator(
@@ -120,7 +145,8 @@ def test_the_loop_survives_a_database_outage(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=run)
     thread.start()
-    time.sleep(2.5)
+    # The first failure, the back-off's first pause, the second failure (its summary is logged).
+    wait_until(lambda: "still unavailable" in caplog.text, what="a second failed tick")
     assert thread.is_alive()  # still trying, not dead
     coordinator.stopping.set()
     thread.join(timeout=10)
@@ -253,7 +279,8 @@ def test_the_survivor_takes_the_spider_job_over_with_the_lease(
     tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: the survivor took the lease, but its engine (already running) never loaded the dead
-    replica's Spider job: Running forever. Now the engine of whoever holds the lease adopts it."""
+    replica's Spider job: Running forever. Now the engine of whoever holds the lease adopts it,
+    and no other engine does while the lease is another coordinator's."""
     if not database_url.startswith("sqlite"):
         monkeypatch.setenv("COORDINATOR_DATABASE_URL", database_url)
     config = load_config(None, data_dir=tmp_path / "var")
@@ -261,6 +288,7 @@ def test_the_survivor_takes_the_spider_job_over_with_the_lease(
     write_json_logs(config.object_store_directory / "logs" / "ingest" / "a.jsonl", 300)
     job_id = submit_job(config, engine, timestamp_key="timestamp")
     url = engine.url.render_as_string(hide_password=False)
+    clock = MovableClock()
 
     def replica(name: str) -> tuple[Presence, EmbeddedSpider, Coordinator]:
         presence = Presence(engine, COORDINATOR, name, stale_after_secs=1.0).register().start()
@@ -272,49 +300,45 @@ def test_the_survivor_takes_the_spider_job_over_with_the_lease(
             coordinator_name=name,
             sweep_interval_secs=0.2,
         ).start()
-        coordinator = Coordinator(
-            engine=engine,
-            spider=spider,
-            settings=config.compression_coordinator,
-            archive_output=archive_output_of(config),
-            instance_id=name,
-            lease_duration=timedelta(seconds=1),
-        )
-        return presence, spider, coordinator
+        return presence, spider, _coordinator(config, engine, spider, name, clock)
+
+    def owner_of(spider_id: int) -> str | None:
+        with engine.connect() as connection:
+            return connection.execute(
+                select(EngineJob.owner).where(EngineJob.id == spider_id)
+            ).scalar_one()
+
+    def succeeded() -> bool:
+        survivor.tick()
+        row = JobStore(engine).get(job_id)
+        return row is not None and row.status == JobStatus.SUCCEEDED
 
     dead_presence, dead_spider, dead = replica("dead")
-    survivor_presence, survivor_spider, survivor = replica("survivor")
+    survivor_presence: Presence | None = None
+    survivor_spider: EmbeddedSpider | None = None
     try:
         dead_spider.inject(Fault("hard_timeout", task=0))  # the compression hangs, then it dies
         assert dead.tick().claimed == 1
         row = JobStore(engine).get(job_id)
         assert row is not None and row.status == JobStatus.RUNNING and row.spider_id is not None
         spider_id = row.spider_id
-        time.sleep(0.5)
         dead_spider.close()
-        dead_presence.stop_beating()  # as a SIGKILL: its row stays until it expires
-        time.sleep(2.5)  # survivor's sweep: the job's lease is another coordinator's, not adopted
-        with engine.connect() as connection:
-            owner = connection.execute(
-                select(EngineJob.owner).where(EngineJob.id == spider_id)
-            ).scalar_one()
-        assert owner == dead_presence.token
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            survivor.tick()
-            row = JobStore(engine).get(job_id)
-            if row is not None and row.status == JobStatus.SUCCEEDED:
-                break
-            time.sleep(0.1)
-        assert row is not None and row.status == JobStatus.SUCCEEDED, row
+        # Its heartbeat row is gone (as a SIGKILLed replica's is once it expired and the others
+        # saw it expire): the engines take its jobs over, except one leased to a coordinator.
+        dead_presence.close()
+        survivor_presence, survivor_spider, survivor = replica("survivor")
+        # The survivor's engine swept at start: the job's lease is the dead coordinator's (still
+        # live), not the survivor's, so it is not adopted.
+        assert owner_of(spider_id) == dead_presence.token
+        clock.advance(_LEASE.total_seconds())  # the dead coordinator's lease expires
+        wait_until(succeeded, timeout=90, what="the job's success")
         assert survivor_spider.get_job_state(spider_id) is JobState.SUCCEEDED
-        with engine.connect() as connection:
-            owner = connection.execute(
-                select(EngineJob.owner).where(EngineJob.id == spider_id)
-            ).scalar_one()
-        assert owner == survivor_presence.token
+        assert owner_of(spider_id) == survivor_presence.token
     finally:
-        survivor_spider.close()
-        survivor_presence.close()
+        if survivor_spider is not None:
+            survivor_spider.close()
+        if survivor_presence is not None:
+            survivor_presence.close()
+        dead_spider.close()
         dead_presence.close()
         engine.dispose()

@@ -93,7 +93,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import Enum
@@ -304,11 +304,14 @@ class EmbeddedSpider:
         sweep_interval_secs: float = 1.0,
         unrecorded_grace_secs: float = UNRECORDED_GRACE_SECS,
         scratch_sweep_interval_secs: float = SCRATCH_SWEEP_INTERVAL_SECS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``presence``: the hosting coordinator's registration, whose token owns this engine's
         jobs (its owner keeps it beating and closes it); without one the engine registers its own
         (kind ``engine``, expiring after ``stale_after_secs``). ``coordinator_name``: the hosting
-        coordinator's ``instance_id`` (the sweep adopts jobs of compression jobs it leases)."""
+        coordinator's ``instance_id`` (the sweep adopts jobs of compression jobs it leases).
+        ``clock``: the monotonic seconds that soft timeouts and the retention of terminal jobs are
+        measured in (a test moves its own instead of waiting)."""
         self._db = database
         self._presence = presence
         self._own_presence = presence is None
@@ -328,6 +331,7 @@ class EmbeddedSpider:
         # Instance ids stay unique across restarts (tasks name scratch space after them).
         self._instance_ids = itertools.count(time.time_ns() // 1000)
         self._retention = terminated_job_retention_secs
+        self._clock = clock
         self._closed = False
         command = [sys.executable, "-m", "coordinator.engine.embedded.executor"]
         for name, factory in packages.items():
@@ -677,7 +681,7 @@ class EmbeddedSpider:
             return None  # Spider refuses the registration (TaskInstanceLimitExceeded)
         instance = next(self._instance_ids)
         timeouts = task.policy.timeout_policy
-        task.instances[instance] = time.monotonic() + timeouts.soft_timeout_ms / 1000
+        task.instances[instance] = self._clock() + timeouts.soft_timeout_ms / 1000
         fault = self._take_fault(job_id, key)
         if fault is not None and fault.kind == "duplicate":
             self._enqueue(job_id, key, termination=key in (COMMIT, CLEANUP), forced=True)
@@ -845,7 +849,7 @@ class EmbeddedSpider:
             raise _JobLost(job.id)
         job.state = state
         if state.is_terminal:
-            job.terminated_at = time.monotonic()
+            job.terminated_at = self._clock()
             _log.info(
                 "spider job %d: %s%s", job.id, STATE_NAMES[state], f" ({error})" if error else ""
             )
@@ -932,7 +936,7 @@ class EmbeddedSpider:
             with self._condition:
                 if self._closed:
                     return
-                now = time.monotonic()
+                now = self._clock()
                 for job in list(self._jobs.values()):
                     if job.terminated_at is not None and now - job.terminated_at >= self._retention:
                         del self._jobs[job.id]

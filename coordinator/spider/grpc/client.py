@@ -107,12 +107,14 @@ class GrpcSpider:
         max_backoff_secs: float = MAX_BACKOFF_SECS,
         backoff_jitter_secs: float = BACKOFF_JITTER_SECS,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """Open a plaintext channel to Spider's storage server at ``host:port`` (connected lazily).
 
         ``deadline_secs`` bounds each attempt; an ``UNAVAILABLE`` call other than RegisterJob is
         retried up to ``max_retries`` times, waiting ``initial_backoff_secs`` doubling up to
-        ``max_backoff_secs``, plus up to ``backoff_jitter_secs``. Raises ``ValueError`` for
+        ``max_backoff_secs``, plus up to ``backoff_jitter_secs``; ``sleep`` waits out a pause (a
+        test passes its own, to see the pauses without waiting them). Raises ``ValueError`` for
         nonsensical settings.
         """
         if deadline_secs <= 0:
@@ -133,6 +135,7 @@ class GrpcSpider:
         self.max_backoff_secs = max_backoff_secs
         self.backoff_jitter_secs = backoff_jitter_secs
         self.max_message_bytes = max_message_bytes
+        self._sleep = sleep
         self._channel: Any = grpc.insecure_channel(
             self.target,
             options=[
@@ -319,7 +322,7 @@ class GrpcSpider:
                 if code is grpc.StatusCode.CANCELLED and self._closed.is_set():
                     raise Unavailable(f"{rpc}: the client was closed during the call") from error
                 if code is grpc.StatusCode.UNAVAILABLE and attempt <= retries:
-                    time.sleep(self._backoff(attempt))
+                    self._sleep(self._backoff(attempt))
                     continue
                 raise _error(
                     rpc, code, error.details() or "", errors, attempts=attempt, retried=retry
