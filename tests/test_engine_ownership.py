@@ -30,7 +30,16 @@ from coordinator.store.guarded import Applied
 from coordinator.store.instances import ENGINE, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import EngineJob
-from tests.engine_support import graph, journal, running_engine, submit, task, wait_for
+from tests.engine_support import (
+    graph,
+    journal,
+    running_engine,
+    submit,
+    task,
+    wait_for,
+    wait_for_journal,
+)
+from tests.engine_tasks import release
 from tests.paths import request
 from tests.processes import children, is_running
 
@@ -59,29 +68,36 @@ def test_a_second_engine_never_runs_a_live_engines_job(
     """Before: the second engine's start-up re-ran the first's Running job (tasks ran twice)."""
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
     with running_engine(migrated_engine, first_dir, sweep_interval_secs=0.2) as first:
-        job_id = _start(first, [b"2"], "sleep")
-        deadline = time.monotonic() + 30
-        while not journal(first_dir, job_id) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        job_id = _start(first, [b"a"], "wait_for_release")
+        wait_for_journal(first_dir, job_id, "start")
         with running_engine(migrated_engine, second_dir, sweep_interval_secs=0.2) as second:
             assert second.get_job_state(job_id) is JobState.RUNNING  # read, not adopted
+            release(first_dir, job_id)
             assert wait_for(first, job_id, *DONE) is JobState.SUCCEEDED
             assert second.get_job_state(job_id) is JobState.SUCCEEDED
-            time.sleep(0.5)
         assert _stored(migrated_engine, job_id) == ("Succeeded", first.token)
     assert journal(second_dir, job_id) == []  # nothing ran on the second engine
     assert [e["event"] for e in journal(first_dir, job_id)] == ["start", "done", "commit"]
 
 
 def test_a_cancel_through_another_engine_is_final(migrated_engine: Engine, tmp_path: Path) -> None:
-    """Before: the owner's late report rewrote the Cancelled job (to Failed or Succeeded)."""
+    """Before: the owner's late report rewrote the Cancelled job (to Failed or Succeeded).
+
+    The owner does not sweep here (once an hour), so its task reports while it still believes the
+    job Running: the report's write is what must not overwrite the cancel."""
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
-    with running_engine(migrated_engine, first_dir, sweep_interval_secs=0.2) as first:
-        job_id = _start(first, [b"1.5"], "sleep")
+    with running_engine(migrated_engine, first_dir, workers=1, sweep_interval_secs=3600) as first:
+        job_id = _start(first, [b"a"], "wait_for_release")
+        wait_for_journal(first_dir, job_id, "start")
         with running_engine(migrated_engine, second_dir, sweep_interval_secs=0.2) as second:
             assert second.cancel_job(job_id) is JobState.CANCELLED
-            assert first.get_job_state(job_id) in (JobState.RUNNING, JobState.CANCELLED)
-            time.sleep(3)  # the owner's task finishes and reports
+            assert first.get_job_state(job_id) is JobState.RUNNING  # not noticed yet
+            release(first_dir, job_id)
+            wait_for_journal(first_dir, job_id, "done")
+            # The owner's one worker reports an instance before it takes the next: once the next
+            # job has run, the report has been handled.
+            after = _start(first, [b"b"], "echo")
+            assert wait_for(first, after, *DONE) is JobState.SUCCEEDED
             assert first.get_job_state(job_id) is JobState.CANCELLED
             assert second.get_job_state(job_id) is JobState.CANCELLED
         assert _stored(migrated_engine, job_id)[0] == "Cancelled"

@@ -48,6 +48,7 @@ from tests.engine_support import graph, journal, running_engine, submit, task
 from tests.processes import is_running
 from tests.sample_logs import write_json_logs
 from tests.service_support import archive_files, unfinished_spider_jobs
+from tests.timing import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -150,10 +151,14 @@ def test_the_engine_survives_a_database_outage(
         ]
         for job_id in jobs:
             assert start_if_ready(spider, job_id) is JobState.RUNNING
-        time.sleep(1.5)
+        # Mid-run: a task has finished (its report is being written) and most are still to run.
+        wait_until(
+            lambda: any(e["event"] == "done" for job_id in jobs for e in journal(work, job_id)),
+            what="a finished task",
+        )
         server.kill()
         outage_started = time.monotonic()
-        time.sleep(10)
+        time.sleep(10)  # the subject: a 10 s outage, which every thread must live through
         assert all(manager.is_alive() for manager in spider._managers)
         server.start()
         deadline = time.monotonic() + 90

@@ -32,6 +32,7 @@ from coordinator.store.instances import COORDINATOR, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CoordinatorInstance, EngineJob
 from tests.sample_logs import write_json_logs
+from tests.service_support import tick_until
 from tests.timing import MovableClock, wait_until
 
 
@@ -75,11 +76,6 @@ def _coordinator(
     return coordinator
 
 
-def _ticked(coordinator: Coordinator) -> bool:
-    coordinator.tick()
-    return True
-
-
 def test_a_dead_coordinators_job_is_taken_over_and_the_old_one_is_fenced_out(
     tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -101,7 +97,7 @@ def test_a_dead_coordinators_job_is_taken_over_and_the_old_one_is_fenced_out(
         row = store.get(job_id)
         assert row is not None and row.lease_owner == "second"
 
-        wait_until(lambda: _ticked(second) and job_id not in second.driven, what="the job's end")
+        tick_until(second, lambda: job_id not in second.driven, timeout=60)
         row = store.get(job_id)
         assert row is not None and row.status == JobStatus.SUCCEEDED
         assert spider.get_job_state(row.spider_id or 0) is JobState.SUCCEEDED
@@ -309,7 +305,6 @@ def test_the_survivor_takes_the_spider_job_over_with_the_lease(
             ).scalar_one()
 
     def succeeded() -> bool:
-        survivor.tick()
         row = JobStore(engine).get(job_id)
         return row is not None and row.status == JobStatus.SUCCEEDED
 
@@ -331,7 +326,7 @@ def test_the_survivor_takes_the_spider_job_over_with_the_lease(
         # live), not the survivor's, so it is not adopted.
         assert owner_of(spider_id) == dead_presence.token
         clock.advance(_LEASE.total_seconds())  # the dead coordinator's lease expires
-        wait_until(succeeded, timeout=90, what="the job's success")
+        tick_until(survivor, succeeded, timeout=90)
         assert survivor_spider.get_job_state(spider_id) is JobState.SUCCEEDED
         assert owner_of(spider_id) == survivor_presence.token
     finally:
