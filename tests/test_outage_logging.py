@@ -22,10 +22,10 @@ from coordinator.runtime import archive_output_of
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.driven import DrivenJob
 from coordinator.service.ingest import put_files, submit_job
-from coordinator.service.outage import Outage
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
+from coordinator.store.outage import Outage
 from coordinator.store.schema import CompressionJob
 from tests.sample_logs import write_json_logs
 from tests.timing import wait_until

@@ -53,12 +53,12 @@ from coordinator.service.ingest import (
     submit_job,
 )
 from coordinator.service.operator_cancel import request_cancel
-from coordinator.service.outage import describe_error
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.downgrade import DowngradeRefused
 from coordinator.store.jobs import JobStore, NoSuchJob
 from coordinator.store.names import InvalidDatasetName
+from coordinator.store.outage import describe_error
 
 Handler = Callable[[argparse.Namespace], int]
 _log = logging.getLogger("coordinator")

@@ -45,13 +45,13 @@ from coordinator.service.cancels import CancelServer
 from coordinator.service.driven import Driven, DrivenJob, Mover
 from coordinator.service.lease_keeper import LeaseKeeper
 from coordinator.service.logs import LOOP_LOGGER
-from coordinator.service.outage import Outage
 from coordinator.service.outcomes import OutcomeHandler
 from coordinator.service.resource_group import ResourceGroup
 from coordinator.service.submitter import Submitter
 from coordinator.spider.port import SpiderPort
 from coordinator.store.database import is_transient
 from coordinator.store.jobs import JobStore
+from coordinator.store.outage import Outage
 
 _log = logging.getLogger(LOOP_LOGGER)
 

@@ -34,9 +34,16 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from coordinator.errors import CoordinatorError
 from coordinator.store.clock import Clock, utc_now
+from coordinator.store.outage import Outage, OutageLines
 from coordinator.store.schema import CoordinatorInstance
 
 _log = logging.getLogger(__name__)
+_HEARTBEAT_LINES = OutageLines(
+    started="heartbeat of %(what)s failed (database unavailable: %(error)s); retrying every "
+    "%(interval).1f s",
+    ended="heartbeat of %(what)s resumed after %(seconds).1f s (%(failures)d failed attempts)",
+)
+"""A failing heartbeat: one line when it starts failing, one when it beats again."""
 _instances = cast(Table, CoordinatorInstance.__table__)
 
 COORDINATOR = "coordinator"
@@ -133,8 +140,7 @@ class Presence:
         self._thread: threading.Thread | None = None
         self._healthy_since: float | None = None
         self._lost = False
-        self._failing_since: float | None = None
-        self._failures = 0
+        self._outage = Outage(f"{kind} {self.name!r}", _log, lines=_HEARTBEAT_LINES)
 
     # --- registration -------------------------------------------------------------------------
 
@@ -302,26 +308,9 @@ class Presence:
                         )
         except SQLAlchemyError as error:
             self._healthy_since = None
-            self._failures += 1
-            if self._failing_since is None:
-                self._failing_since = time.monotonic()
-                _log.warning(
-                    "heartbeat of %s %r failed (database unavailable: %s); retrying every %.1f s",
-                    self.kind,
-                    self.name,
-                    str(error).splitlines()[0][:200],
-                    self.interval,
-                )
+            self._outage.failed(error, interval=self.interval)
             return False
-        if self._failing_since is not None:
-            _log.warning(
-                "heartbeat of %s %r resumed after %.1f s (%d failed attempts)",
-                self.kind,
-                self.name,
-                time.monotonic() - self._failing_since,
-                self._failures,
-            )
-            self._failing_since, self._failures = None, 0
+        self._outage.recovered()
         if self._healthy_since is None:
             self._healthy_since = time.monotonic()
         return not self._lost

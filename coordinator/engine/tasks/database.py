@@ -18,12 +18,19 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.store.database import create_database_engine, is_transient
+from coordinator.store.outage import Outage, OutageLines
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 FIRST_PAUSE_SECS = 0.5
 MAX_PAUSE_SECS = 5.0
+_LINES = OutageLines(
+    started="%(what)s: the database is unavailable (%(error)s); waiting for it",
+    ended="%(what)s: the database is available again after %(seconds).1f s (%(failures)d failed "
+    "attempts)",
+)
+"""One line when an outage starts and one when it ends, per wait (``what`` is ``doing``)."""
 
 
 def task_engine(settings: WorkerSettings) -> Engine:
@@ -45,36 +52,21 @@ def wait_out_outages(
     killed; connection refused or lost, ``coordinator.store.database.is_transient``) failed at once
     ("cannot look up the job of Spider job 10: … Connection refused"); Spider retried it at once,
     the retry failed alike, and the job ended Failed. Now the task waits, 0.5 s doubling to 5 s
-    between attempts, with one line when the outage starts and one when it ends (``doing`` names
-    the task and the step). Spider's hard timeout bounds the wait, as for any task. ``action``
-    must be safe to repeat after an error, an ambiguous commit included. Other errors are raised
-    at once.
+    between attempts, with one line when the outage starts and one when it ends
+    (``coordinator.store.outage.Outage``; ``doing`` names the task and the step). Spider's hard
+    timeout bounds the wait, as for any task. ``action`` must be safe to repeat after an error, an
+    ambiguous commit included. Other errors are raised at once.
     """
-    pause = FIRST_PAUSE_SECS
-    since: float | None = None
-    failures = 0
+    outage = Outage(
+        doing, _log, lines=_LINES, first_pause=FIRST_PAUSE_SECS, max_pause=MAX_PAUSE_SECS
+    )
     while True:
         try:
             result = action()
         except SQLAlchemyError as error:
             if not is_transient(error):
                 raise
-            failures += 1
-            if since is None:
-                since = time.monotonic()
-                _log.warning(
-                    "%s: the database is unavailable (%s); waiting for it",
-                    doing,
-                    (str(error).strip().splitlines() or [type(error).__name__])[0][:200],
-                )
-            sleep(pause)
-            pause = min(pause * 2, MAX_PAUSE_SECS)
+            sleep(outage.failed(error))
             continue
-        if since is not None:
-            _log.warning(
-                "%s: the database is available again after %.1f s (%d failed attempts)",
-                doing,
-                time.monotonic() - since,
-                failures,
-            )
+        outage.recovered()
         return result
