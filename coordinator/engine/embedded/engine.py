@@ -36,9 +36,11 @@ What it reproduces:
   another coordinator: the coordinator that takes that lease over adopts it when it asks about it.
   A ``Ready`` job is handed to whichever engine starts it, and Ready/Running jobs (without a cleanup
   task) of another live engine are cancelled in the database, which that engine notices.
-* **Outages**: writes made for task reports are retried with a bounded back-off until they succeed
-  (logged once, then summarised when the database is back); memory changes only after the write
-  succeeded, and no thread dies of a database error. Calls made by the coordinator are not
+* **Outages**: writes made for task reports that meet an outage (``is_transient``) are retried with
+  a bounded back-off until they succeed (logged once, then summarised when the database is back:
+  ``coordinator.store.outage``); any other database error (a missing privilege, …) would repeat
+  and is raised at once. Memory changes only after the write succeeded, and no thread dies of a
+  database error. Calls made by the coordinator are not
   retried: they raise the database's error with nothing changed, or, when the database went away
   during the commit (its reply lost), with the write applied. Such a write is recognised: a retry
   whose compare-and-set finds the row already ours in the new state counts as done, and a row of
@@ -114,13 +116,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import (
-    DisconnectionError,
-    IntegrityError,
-    InterfaceError,
-    OperationalError,
-)
-from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.sql.dml import Update
 
 from coordinator.engine.embedded.faults import Fault
@@ -147,6 +143,7 @@ from coordinator.spider.task_graph import (
 )
 from coordinator.spider.wire import InvalidFrame, decode_job_outputs, encode_job_outputs
 from coordinator.store.clock import utc_now
+from coordinator.store.database import is_transient
 from coordinator.store.instances import (
     DEFAULT_STALE_AFTER_SECS,
     ENGINE,
@@ -154,6 +151,7 @@ from coordinator.store.instances import (
     known_tokens,
     live_tokens,
 )
+from coordinator.store.outage import Outage, OutageLines, backoff
 from coordinator.store.schema import CompressionJob, EngineJob, EngineResourceGroup, StoredArchive
 
 _log = logging.getLogger(__name__)
@@ -178,9 +176,16 @@ _compression_jobs = cast(Table, CompressionJob.__table__)
 _stored_archives = cast(Table, StoredArchive.__table__)
 
 _UNFINISHED = [STATE_NAMES[s] for s in STATE_NAMES if not s.is_terminal]
-_TRANSIENT = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
-"""Errors of an unavailable database: a write that hits one is tried again."""
+_FIRST_BACKOFF_SECS = 0.1
 _MAX_BACKOFF_SECS = 5.0
+"""A write that meets an outage (``is_transient``) is tried again after these pauses, doubling."""
+_OUTAGE_LINES = OutageLines(
+    started="embedded engine: database unavailable while %(doing)s (%(error)s); retrying with "
+    "back-off up to %(max_pause).0f s, nothing changes until it is back",
+    ended="embedded engine: database available again after %(seconds).1f s (%(failures)d failed "
+    "attempts)",
+)
+"""One line when an outage starts and one when it ends, for all the engine's threads together."""
 _ADOPT_BATCH = 100
 
 _ID_ATTEMPTS = 50
@@ -194,43 +199,6 @@ class _JobLost(Exception):
 
 class _Stopping(Exception):
     """The engine closes while a write waits for the database."""
-
-
-class _OutageLog:
-    """Logs the first failure of an outage and a summary when it ends, not every attempt."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._since: float | None = None
-        self._failures = 0
-
-    def failed(self, error: BaseException, doing: str) -> None:
-        with self._lock:
-            self._failures += 1
-            if self._since is not None:
-                return
-            self._since = time.monotonic()
-        _log.warning(
-            "embedded engine: database unavailable while %s (%s); retrying with back-off up to "
-            "%.0f s, nothing changes until it is back",
-            doing,
-            str(error).splitlines()[0][:200],
-            _MAX_BACKOFF_SECS,
-        )
-
-    def succeeded(self) -> None:
-        if self._since is None:
-            return
-        with self._lock:
-            if self._since is None:
-                return
-            since, failures = self._since, self._failures
-            self._since, self._failures = None, 0
-        _log.warning(
-            "embedded engine: database available again after %.1f s (%d failed attempts)",
-            time.monotonic() - since,
-            failures,
-        )
 
 
 class _TaskState(Enum):
@@ -322,7 +290,9 @@ class EmbeddedSpider:
         self._staging = settings.staging_directory
         self._scratch_sweep_interval = scratch_sweep_interval_secs
         self._stopping = threading.Event()
-        self._outage = _OutageLog()
+        self._outage = Outage(
+            "the database", _log, lines=_OUTAGE_LINES, max_pause=_MAX_BACKOFF_SECS
+        )
         self._condition = threading.Condition()
         self._jobs: dict[int, _Job] = {}
         self._regular_lane: deque[tuple[int, str, bool]] = deque()
@@ -912,21 +882,22 @@ class EmbeddedSpider:
 
     def _write(self, statement: Update, *, retry: bool, doing: str) -> int:
         """Execute ``statement`` in its own transaction; its row count. With ``retry``, an
-        unavailable database is waited out with a bounded back-off (``_Stopping`` if closed)."""
-        delay = 0.1
+        unavailable database (``is_transient``) is waited out with a bounded back-off
+        (``_Stopping`` if closed); any other error is raised at once, as it would repeat."""
+        attempt = 0
         while True:
             try:
                 with self._db.begin() as connection:
                     count = connection.execute(statement).rowcount
-                self._outage.succeeded()
+                self._outage.recovered()
                 return int(count)
-            except _TRANSIENT as error:
-                if not retry:
+            except SQLAlchemyError as error:
+                if not retry or not is_transient(error):
                     raise
-                self._outage.failed(error, doing)
-            if self._stopping.wait(delay):
+                self._outage.failed(error, doing=doing)
+            attempt += 1
+            if self._stopping.wait(backoff(attempt, _FIRST_BACKOFF_SECS, _MAX_BACKOFF_SECS)):
                 raise _Stopping
-            delay = min(delay * 2, _MAX_BACKOFF_SECS)
 
     def _watch(self) -> None:
         """Soft-timeout duplicates, eviction of terminal jobs from memory, and the sweep."""
@@ -951,18 +922,25 @@ class EmbeddedSpider:
                                     job.id, task.key, termination=task.key in (COMMIT, CLEANUP)
                                 )
             if time.monotonic() >= next_sweep:
-                try:
-                    self._sweep()
-                    self._outage.succeeded()
-                except _TRANSIENT as error:
-                    self._outage.failed(error, "looking for jobs to adopt")
-                except Exception:
-                    _log.exception("embedded engine: the sweep failed; trying again")
+                self._sweep_logged()
                 next_sweep = time.monotonic() + self._sweep_interval
             if time.monotonic() >= next_scratch_sweep:
                 sweep_scratch(self._staging)
                 next_scratch_sweep = time.monotonic() + self._scratch_sweep_interval
             self._stopping.wait(0.1)
+
+    def _sweep_logged(self) -> None:
+        """``_sweep``, its errors logged: an outage as one (``_outage``), any other error with its
+        traceback. Never raises (the next sweep tries again)."""
+        try:
+            self._sweep()
+        except Exception as error:
+            if isinstance(error, SQLAlchemyError) and is_transient(error):
+                self._outage.failed(error, doing="looking for jobs to adopt")
+            else:
+                _log.exception("embedded engine: the sweep failed; trying again")
+        else:
+            self._outage.recovered()
 
     def _instance_gone(self, request: Request) -> None:
         """An execution manager reaped the executor of an instance that was running: its scratch
