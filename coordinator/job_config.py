@@ -59,7 +59,6 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, NoReturn
 
-import msgpack
 import zstandard
 from pydantic import Field, ValidationError, field_validator
 
@@ -70,9 +69,11 @@ from coordinator.serde import (
     Bool,
     NonEmptyText,
     WireFormatError,
+    WireMap,
     WireStruct,
     pack,
     unpack,
+    unpack_wire,
 )
 from coordinator.task_io import AwsAuthentication
 from coordinator.zstd_frames import ZstdFramesError, ZstdOutputTooLarge, decode_zstd_frames
@@ -180,9 +181,12 @@ def decode_clp_io_config(blob: bytes) -> ClpIoConfig:
     """
     raw = _inflate(blob)
     try:
-        value = _unpack_pairs(raw)
+        # Maps as ``WireMap`` (repeated and unhashable keys kept, as serde sees them); a str that
+        # is not UTF-8 keeps its bytes as lone surrogates, so that it reads as rmp_serde hands it
+        # to serde: as bytes. Trailing bytes are ignored, as by ``rmp_serde::from_slice``.
+        value = unpack_wire(raw, what="ClpIoConfig")
         fields = _read_clp_io_config(value)
-    except _SerdeError as error:
+    except (_SerdeError, WireFormatError) as error:
         raise UndecodableJobConfig(str(error)) from error
     except Exception as error:  # never a row's fault to stop the service
         raise UndecodableJobConfig(f"ClpIoConfig: {_describe(error)}") from error
@@ -313,11 +317,6 @@ def _unpack_blob(blob: bytes) -> Any:
 # error for a str, bin, array or map given for an integer (rmp_serde reads that marker itself).
 
 
-class _Map(list[tuple[Any, Any]]):
-    """A msgpack map as its entries in order: repeated and unhashable keys kept, as serde sees
-    them (a dict would keep the last repeat, and cannot hold an array key)."""
-
-
 class _SerdeError(ValueError):
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}")
@@ -325,25 +324,6 @@ class _SerdeError(ValueError):
 
 def _fail(path: str, message: str) -> NoReturn:
     raise _SerdeError(path, message)
-
-
-def _unpack_pairs(raw: bytes) -> Any:
-    """One msgpack value, maps as ``_Map``; a str that is not UTF-8 keeps its bytes as lone
-    surrogates, so that it reads as rmp_serde hands it to serde: as bytes."""
-    unpacker = msgpack.Unpacker(
-        raw=False,
-        strict_map_key=False,
-        unicode_errors="surrogateescape",
-        object_pairs_hook=_Map,
-        max_buffer_size=len(raw) or 1,
-    )
-    unpacker.feed(raw)
-    try:
-        return unpacker.unpack()  # one value; trailing bytes ignored, as rmp_serde::from_slice
-    except msgpack.OutOfData:
-        _fail("ClpIoConfig", f"truncated or empty msgpack ({len(raw)} bytes)")
-    except Exception as error:
-        _fail("ClpIoConfig", f"not valid msgpack ({_describe(error)})")
 
 
 _MISSING = object()
@@ -393,7 +373,7 @@ def _unexpected(value: Any) -> str:
     kinds: tuple[tuple[bool, str], ...] = (
         (_raw_bytes(value) is not None, "byte array"),
         (value is None, "unit value"),
-        (isinstance(value, _Map), "map"),
+        (isinstance(value, WireMap), "map"),
         (isinstance(value, list), "sequence"),
     )
     return next((kind for matches, kind in kinds if matches), f"msgpack {type(value).__name__}")
@@ -464,9 +444,10 @@ def _container_marker(value: Any) -> str | None:
         return f"FixStr({size})" if size < 32 else _sized("Str", size, (8, 16, 32))
     if isinstance(value, bytes):
         return _sized("Bin", len(value), (8, 16, 32))
-    if isinstance(value, list):
-        kind = "Map" if isinstance(value, _Map) else "Array"
-        return f"Fix{kind}({len(value)})" if len(value) < 16 else _sized(kind, len(value), (16, 32))
+    if isinstance(value, WireMap | list):
+        kind = "Map" if isinstance(value, WireMap) else "Array"
+        size = len(value.pairs) if isinstance(value, WireMap) else len(value)
+        return f"Fix{kind}({size})" if size < 16 else _sized(kind, size, (16, 32))
     return None
 
 
@@ -517,7 +498,7 @@ def _option(read: _Reader) -> _Reader:
 
 def _vec(read: _Reader) -> _Reader:
     def read_vec(value: Any, path: str) -> list[Any]:
-        if isinstance(value, list) and not isinstance(value, _Map):
+        if isinstance(value, list):
             return [read(item, f"{path}.{index}") for index, item in enumerate(value)]
         _fail(path, f"invalid type: {_unexpected(value)}, expected a sequence")
 
@@ -561,19 +542,21 @@ def _struct(
 
     ``defaults``: how many trailing fields are ``#[serde(default)]`` (an array may leave them out).
     """
-    if isinstance(value, _Map):
+    if isinstance(value, WireMap):
         return _struct_from_map(value, path, fields, content=content)
     if isinstance(value, list):
         return _struct_from_array(value, path, name, fields, content=content, defaults=defaults)
     _fail(path, f"invalid type: {_unexpected(value)}, expected struct {name}")
 
 
-def _struct_from_map(value: _Map, path: str, fields: _Fields, *, content: bool) -> dict[str, Any]:
+def _struct_from_map(
+    value: WireMap, path: str, fields: _Fields, *, content: bool
+) -> dict[str, Any]:
     """serde_derive's ``visit_map``: entries in order, then the missing fields in field order."""
     names = [field for field, _, _ in fields]
     readers = {field: read for field, read, _ in fields}
     out: dict[str, Any] = {}
-    for key, item in value:
+    for key, item in value.pairs:
         found = _identifier(key, path, content=content)
         field = names[found] if isinstance(found, int) and found < len(names) else found
         if not isinstance(field, str) or field not in readers:
@@ -635,15 +618,15 @@ def _variant(tag: Any, path: str, enum: str, variants: tuple[str, ...], *, conte
 
 def _tagged(
     value: Any, path: str, enum: str, variants: tuple[str, ...], *, content: bool
-) -> tuple[str, _Map | list[Any]]:
+) -> tuple[str, WireMap | list[Any]]:
     """serde's ``TaggedContentVisitor`` (``#[serde(tag = "type")]``): the variant and the rest.
 
     A map holds the tag under a str or bin ``type`` key, once; an array leads with it.
     """
-    if isinstance(value, _Map):
+    if isinstance(value, WireMap):
         tag: Any = _MISSING
-        rest = _Map()
-        for key, item in value:
+        rest: list[tuple[Any, Any]] = []
+        for key, item in value.pairs:
             if _text(key) == "type" or _raw_bytes(key) == b"type":
                 if tag is not _MISSING:
                     _fail(path, "duplicate field `type`")
@@ -652,7 +635,7 @@ def _tagged(
                 rest.append((key, item))
         if tag is _MISSING:
             _fail(path, "missing field `type`")
-        return tag, rest
+        return tag, WireMap(rest)
     if isinstance(value, list):
         if not value:
             _fail(path, "missing field `type`")
@@ -680,11 +663,11 @@ def _aws_authentication(value: Any, path: str) -> dict[str, Any]:
     if tag == "default":
         # A unit variant (serde's InternallyTaggedUnitVisitor): a map's other keys are ignored;
         # an array must end after the tag.
-        if not isinstance(rest, _Map) and rest:
+        if not isinstance(rest, WireMap) and rest:
             _fail(path, f"invalid length {len(rest)}, expected 0 elements in sequence")
         return {"type": "default"}
     variant = "struct variant AwsAuthentication::Credentials"
-    if isinstance(rest, _Map):
+    if isinstance(rest, WireMap):
         fields = _struct(
             rest, path, variant, (("credentials", _aws_credentials, True),), content=True
         )
@@ -733,7 +716,7 @@ def _input(value: Any, path: str) -> dict[str, Any]:
     flattens ``S3Config`` first."""
     tag, rest = _tagged(value, path, "InputConfig", tuple(_INPUT_VARIANTS), content=False)
     rust_name, own_fields = _VARIANT_FIELDS[tag]
-    if not isinstance(rest, _Map):
+    if not isinstance(rest, WireMap):
         # A struct with a flattened field is read from a map only.
         _fail(
             path,
@@ -741,12 +724,12 @@ def _input(value: Any, path: str) -> dict[str, Any]:
         )
     path = f"{path}.{tag}"
     # The variant's own map visitor: every key must be an identifier (values are not read yet).
-    names = [_identifier(key, path, content=True) for key, _ in rest]
+    names = [_identifier(key, path, content=True) for key, _ in rest.pairs]
     # The flattening struct's visitor: its own fields in map order, the rest kept for S3Config.
     readers = {field: read for field, read, _ in own_fields}
     out: dict[str, Any] = {"type": tag}
     kept: list[tuple[str, Any]] = []
-    for name, (_, item) in zip(names, rest, strict=True):
+    for name, (_, item) in zip(names, rest.pairs, strict=True):
         if not isinstance(name, str):
             continue  # an index names nothing in a flattened struct
         if name in readers:
@@ -762,7 +745,7 @@ def _input(value: Any, path: str) -> dict[str, Any]:
                 _fail(path, f"missing field `{field}`")
             out[field] = None
     s3_config = _struct(
-        _Map(kept), path, "S3Config", _S3_CONFIG, content=True
+        WireMap(kept), path, "S3Config", _S3_CONFIG, content=True
     )  # FlatStructAccess hands S3Config only the entries named like its fields
     return {**s3_config, **out}
 
