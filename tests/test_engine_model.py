@@ -70,7 +70,7 @@ from hypothesis.stateful import (
 from sqlalchemy import Table, delete, select
 from sqlalchemy.exc import SQLAlchemyError
 
-import coordinator.service.coordinator as coordinator_module
+import coordinator.service.crashpoints as crashpoints_module
 import coordinator.store.instances as instances_module
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.engine.embedded.engine import COMMIT, STATE_NAMES, EmbeddedSpider
@@ -212,15 +212,15 @@ class Replica:
             owns_undecodable_jobs=True,
             cleanup_task=True,
             clock=model.clock.monotonic,
+            store=model.store,
         )
-        self.coordinator.store = model.store
 
     def tick(self) -> None:
         try:
             self.coordinator.tick()
         finally:
             # The sweep's storage listing runs on a thread: waited for, so nothing runs alongside.
-            reconciler = self.coordinator._reconciler
+            reconciler = self.coordinator.outcomes._reconciler
             if reconciler is not None:
                 reconciler.join()
 
@@ -355,7 +355,7 @@ class EngineModel(PublicationInvariants, OperatorRules, RuleBasedStateMachine):
                 raise Crash(at)
 
         self.clock.advance(1.0)
-        with mock.patch.object(coordinator_module, "crashpoint", crashpoint):
+        with mock.patch.object(crashpoints_module, "crashpoint", crashpoint):
             try:
                 self.replicas[name].tick()
             except Crash:

@@ -509,8 +509,8 @@ class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachi
             lease_duration=timedelta(seconds=30),
             owns_undecodable_jobs=True,
             clock=self.clock.monotonic,
+            store=self.store,
         )
-        coordinator.store = self.store
         return coordinator
 
     @initialize()
@@ -522,7 +522,8 @@ class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachi
             self._drain()
         finally:
             for coordinator in self.replicas.values():
-                reconciler = coordinator._reconciler  # the sweep's background storage listing
+                # The sweep's background storage listing.
+                reconciler = coordinator.outcomes._reconciler
                 if reconciler is not None:
                     reconciler.join()
             self.engine.dispose()

@@ -89,9 +89,12 @@ class Coordinator:
         cleanup_task: bool = True,
         leaves_job: Callable[[bytes], str | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        store: JobStore | None = None,
     ) -> None:
+        """``clock`` is the loop's monotonic clock (schedules, back-offs); ``store`` the job store
+        whose clock stamps the rows (default: ``JobStore(engine)``, the wall clock in UTC)."""
         self.engine = engine
-        self.store = JobStore(engine)
+        self.store = store if store is not None else JobStore(engine)
         self.spider = spider
         self.settings = settings
         self.archive_output = archive_output

@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.job_config import S3_OBJECT_METADATA, UndecodableJobConfig, peek_input_type
 from coordinator.lifecycle import JobStatus
-from coordinator.service.crashpoints import crashpoint
+from coordinator.service import crashpoints
 from coordinator.service.driven import Clock, Driven, DrivenJob
 from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.service.prepare import dataset_of
@@ -124,7 +124,7 @@ class LeaseKeeper:
             self.driven[job.job_id] = job
             verb = "took over" if lease.status is not JobStatus.PENDING else "claimed"
             _log.info("%s job (%s)", verb, lease.status.label, extra=job.log())
-            crashpoint("claimed")
+            crashpoints.crashpoint("claimed")
         return len(taken) + len(recorded) + len(claimed)
 
     def release_all(self) -> None:

@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from coordinator.archive_storage import ArchiveOutputSettings
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import GIVING_UP, IN_FLIGHT_STATUSES, JobStatus, Outcome, reaction_to
+from coordinator.service import crashpoints
 from coordinator.service.cleanup import (
     RECONCILE_INTERVAL_SECS,
     log_reconciliation,
@@ -28,7 +29,6 @@ from coordinator.service.cleanup import (
     settle_unattributed_archives,
     terminal_jobs_with_stored_archives,
 )
-from coordinator.service.crashpoints import crashpoint
 from coordinator.service.driven import Clock, Driven, DrivenJob, Mover
 from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.spider.port import (
@@ -107,7 +107,7 @@ class OutcomeHandler:
         if state is not None and not state.is_terminal:
             self._back_off(job)
             return False
-        crashpoint("finalising")
+        crashpoints.crashpoint("finalising")
         self._conclude(job, state)
         return True
 

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import Actor, JobStatus, Trigger
-from coordinator.service.crashpoints import crashpoint
+from coordinator.service import crashpoints
 from coordinator.service.driven import Clock, Driven, DrivenJob, Mover
 from coordinator.service.logs import LOOP_LOGGER
 from coordinator.service.prepare import JobRejected, PreparedJob, prepare
@@ -106,7 +106,7 @@ class Submitter:
         spider_id = self._register(job, prepared)
         if spider_id is None:
             return
-        crashpoint("registered")
+        crashpoints.crashpoint("registered")
         self._record_and_start(job, prepared, spider_id)
 
     def _prepare(self, job: DrivenJob) -> PreparedJob | None:
@@ -182,14 +182,14 @@ class Submitter:
         if not isinstance(result, Applied):
             self._abandon_registration(job, spider_id, result)
             return
-        crashpoint("submitted")
+        crashpoints.crashpoint("submitted")
         job.status = JobStatus.RUNNING
         _log.info("submitted: %d task(s)", prepared.num_tasks, extra=job.log())
         try:
             start_if_ready(self.spider, spider_id)
         except SpiderError as error:
             _log.warning("StartJob failed; polling will retry: %s", error, extra=job.log())
-        crashpoint("started")
+        crashpoints.crashpoint("started")
         job.next_poll = self._monotonic() + job.backoff_ms / 1000
 
     def _abandon_registration(
