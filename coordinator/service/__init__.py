@@ -1,7 +1,12 @@
 """The coordinator service: the loop that drives every ``s3_object_metadata`` job through the
-lifecycle by reacting to Spider's outcomes (``coordinator.service.coordinator``), and what it needs
-around it (resource group, preparation of a job, clean-up, logs, outages, ingestion for
-``submit``, an operator's cancel). It speaks to Spider only through ``coordinator.spider.port``
-and never imports an engine; the composition root that assembles it with one is
-``coordinator.runtime``.
+lifecycle by reacting to Spider's outcomes, and what it needs around it.
+
+The loop: ``coordinator`` (the scheduler: ``Coordinator.tick``) calls ``lease_keeper`` (claims and
+leases), ``cancels`` (operators' cancel requests), ``submitter`` (prepare, register, record,
+start) and ``outcomes`` (poll, react by ``coordinator.lifecycle.reactions``, roll back, clean
+up); ``driven`` holds the driven jobs and the one ``Mover`` every move goes through. Around it:
+resource group, preparation of a job, clean-up, logs, outages, ingestion for ``submit``, an
+operator's cancel (``operator_cancel``). It speaks to Spider only through
+``coordinator.spider.port`` and never imports an engine; the composition root that assembles it
+with one is ``coordinator.runtime``.
 """
