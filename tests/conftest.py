@@ -4,6 +4,11 @@ The MariaDB server is the private one ``bash .ci/test`` starts; its URL (without
 in ``$COORDINATOR_TEST_MARIADB_URL``. Each test gets a database of its own, dropped afterwards.
 Without a server the MariaDB half is skipped, unless ``$COORDINATOR_TEST_REQUIRE_MARIADB=1`` (CI),
 which fails it instead.
+
+Markers (``pyproject.toml``): every test that needs the MariaDB server is marked ``mariadb`` here,
+at collection (the MariaDB half of ``database_url``, and every test using ``MARIADB_FIXTURES``); a
+test that reaches the server otherwise is marked by hand. Long tests are marked ``slow`` in their
+modules. ``pytest -m "not slow and not mariadb"`` is the fast half.
 """
 
 from __future__ import annotations
@@ -26,6 +31,17 @@ from tests.spider_storage import SpiderStorage, running_spider_storage
 
 MARIADB_URL_ENV = "COORDINATOR_TEST_MARIADB_URL"
 REQUIRE_MARIADB_ENV = "COORDINATOR_TEST_REQUIRE_MARIADB"
+MARIADB_FIXTURES = frozenset({"mariadb_url", "spider_storage", "throwaway_spider_storage"})
+"""Fixtures that need the MariaDB server (directly or through Spider's storage service)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``mariadb`` every test that needs the MariaDB server, so nobody has to remember to."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_mariadb = callspec is not None and callspec.params.get("database_url") == "mariadb"
+        if on_mariadb or MARIADB_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.mariadb)
 
 
 def mariadb_server_url() -> str:

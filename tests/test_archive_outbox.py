@@ -114,6 +114,7 @@ def _fail(store: JobStore, job_id: int) -> None:
     assert store.state(job_id) is JobStatus.FAILED
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", ["before", "after"])
 def test_an_instance_killed_while_storing_leaves_a_record_and_clean_up_removes_its_file(
     store: JobStore, migrated_engine: Engine, tmp_path: Path, moment: str

@@ -375,8 +375,17 @@ def _as_deployment(rt: Runtime) -> None:
     rt.coordinator.leases.leaves_job = None
 
 
-# With CLP's configuration, only the cases whose ownership differs (and one that does not).
-RUNS = [pytest.param(case, False, id=f"embedded_default-{case.name}") for case in CASES] + [
+# With CLP's configuration, only the cases whose ownership differs (and one that does not). A case
+# whose job runs to its end (real clp-s) is slow.
+RUNS = [
+    pytest.param(
+        case,
+        False,
+        id=f"embedded_default-{case.name}",
+        marks=[pytest.mark.slow] if case.status is JobStatus.SUCCEEDED else [],
+    )
+    for case in CASES
+] + [
     pytest.param(case, True, id=f"clp_config-{case.name}")
     for case in CASES
     if case.undecodable or case.status is None or case.name == "negative_id"

@@ -31,6 +31,7 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_demo_runs_a_whole_job_from_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -48,6 +49,7 @@ def test_demo_runs_a_whole_job_from_nothing(
     assert document["archives"] and all(Path(a["location"]).is_file() for a in document["archives"])
 
 
+@pytest.mark.slow
 def test_submit_run_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = ["--data-dir", str(tmp_path / "var")]
     files = []

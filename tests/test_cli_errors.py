@@ -72,7 +72,6 @@ def test_a_data_directory_below_a_file_is_one_line(
     assert (exit_code, err) == (1, "coordinator: cannot use /etc/hostname/var: Not a directory\n")
 
 
-@pytest.mark.mariadb_only
 @pytest.mark.parametrize(
     ("change", "message"),
     [

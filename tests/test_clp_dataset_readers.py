@@ -37,6 +37,8 @@ from coordinator.store.datasets import archives_table
 from tests.sample_logs import START_MS, STEP_MS, write_json_logs
 from tests.service_support import job_row, run_until_idle, runtime_over
 
+pytestmark = pytest.mark.slow  # every test reads the rows of real jobs
+
 DATASETS = ("web", "api", "billing_2026")
 EVENTS = 400
 BUCKET = "logs"

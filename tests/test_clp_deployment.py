@@ -150,6 +150,7 @@ def on_database(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
 # --- case 7: a job's objects are read from where the job says -----------------------------------
 
 
+@pytest.mark.slow
 def test_a_log_ingestor_job_is_read_from_s3_under_a_clp_config_with_fs_logs_input(
     on_database: str, migrated_engine: Engine, tmp_path: Path, s3_endpoint: str
 ) -> None:
@@ -180,6 +181,7 @@ def test_a_log_ingestor_job_is_read_from_s3_under_a_clp_config_with_fs_logs_inpu
     assert not (tmp_path / "var" / "objects").exists()  # the local store was never involved
 
 
+@pytest.mark.slow
 def test_a_job_naming_another_local_store_fails_naming_both_stores(
     on_database: str, migrated_engine: Engine, tmp_path: Path
 ) -> None:
@@ -207,6 +209,7 @@ def test_a_job_naming_another_local_store_fails_naming_both_stores(
     ) in row.status_msg
 
 
+@pytest.mark.slow
 def test_the_embedded_default_leaves_a_log_ingestor_job_pending_and_untouched(
     on_database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

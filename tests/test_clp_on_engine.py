@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, select
 from yscope_clp_core import KqlQuery, search_archive
 
@@ -29,6 +30,8 @@ from coordinator.task_io import ClpSCompressionOption, DefaultAuthentication, S3
 from tests.engine_support import wait_for
 from tests.sample_logs import write_json_logs
 from tests.timing import wait_until
+
+pytestmark = pytest.mark.slow  # real clp-s on the engine
 
 BUCKET = "ingest"
 EVENTS_PER_FILE = 400

@@ -208,6 +208,7 @@ def test_a_running_edge_never_matches_a_committed_row(store: JobStore) -> None:
     assert store.state(job_id) is JobStatus.COMMITTED
 
 
+@pytest.mark.slow
 def test_status_sampled_through_real_runs_never_leaves_clps_values(
     config: CoordinatorConfig, tmp_path: Path
 ) -> None:
@@ -259,6 +260,7 @@ def test_status_sampled_through_real_runs_never_leaves_clps_values(
             ] * 3
 
 
+@pytest.mark.slow
 def test_a_committed_job_killed_by_the_legacy_scheduler_keeps_nothing_published(
     config: CoordinatorConfig, tmp_path: Path
 ) -> None:

@@ -273,6 +273,7 @@ def test_dataset_tables_are_created_on_demand_and_only_once(migrated_engine: Eng
     assert ids == [("a1", 1)]
 
 
+@pytest.mark.slow
 def test_three_datasets_get_their_tables_and_publish_without_index_name_clashes(
     store: JobStore, migrated_engine: Engine
 ) -> None:

@@ -39,6 +39,8 @@ from tests.engine_support import (
 from tests.engine_tasks import release
 from tests.timing import MovableClock, wait_until
 
+pytestmark = pytest.mark.slow  # every test starts the engine and its executor processes
+
 PASSWORD = b"compression-coordinator"
 DONE = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 

@@ -666,7 +666,7 @@ class EngineModel(PublicationInvariants, OperatorRules, RuleBasedStateMachine):
 
 LONG = os.environ.get("COORDINATOR_MODEL_PROFILE") == "long"
 EngineModel.TestCase.settings = settings.get_profile("engine-long" if LONG else "engine-ci")
-TestEngineModel = EngineModel.TestCase
+TestEngineModel = pytest.mark.slow(EngineModel.TestCase)
 pytestmark = [pytest.mark.timeout(0)] if LONG else []
 """The long profile runs for longer than the suite's per-test timeout (all programs are one test;
 a timeout in the middle of one would look like a flaky failure)."""

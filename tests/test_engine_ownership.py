@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import zstandard
 from sqlalchemy import Engine, select, update
 
@@ -42,6 +43,8 @@ from tests.engine_support import (
 from tests.engine_tasks import release
 from tests.paths import request
 from tests.processes import children, is_running
+
+pytestmark = pytest.mark.slow  # several real engines and their executors
 
 PASSWORD = b"compression-coordinator"
 DONE = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)

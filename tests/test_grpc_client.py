@@ -509,6 +509,7 @@ def test_resource_groups_through_grpc(served: tuple[EmbeddedSpider, GrpcSpider])
         remote.verify_resource_group(group + 100, b"clp")
 
 
+@pytest.mark.slow
 def test_a_job_runs_to_success_through_grpc(served: tuple[EmbeddedSpider, GrpcSpider]) -> None:
     engine, remote = served
     group = remote.add_resource_group("rg", PASSWORD)
@@ -556,6 +557,7 @@ def test_bad_registrations_and_unknown_jobs_through_grpc(
             call(unknown)
 
 
+@pytest.mark.slow
 def test_cancel_in_commit_ready_is_refused_through_grpc(
     served: tuple[EmbeddedSpider, GrpcSpider],
 ) -> None:
@@ -576,6 +578,7 @@ def test_cancel_in_commit_ready_is_refused_through_grpc(
         remote.get_job_outputs(job_id)
 
 
+@pytest.mark.slow
 def test_failures_and_cancellations_through_grpc(
     served: tuple[EmbeddedSpider, GrpcSpider],
 ) -> None:

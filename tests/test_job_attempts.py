@@ -73,7 +73,6 @@ def test_an_error_on_every_attempt_ends_the_job_failed(
         assert triggers(rt, job_id) == ["rejected"]
 
 
-@pytest.mark.mariadb_only
 def test_a_dataset_table_that_cannot_be_created_fails_the_job_after_bounded_attempts(
     mariadb_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,7 +125,6 @@ def test_a_dataset_table_that_cannot_be_created_fails_the_job_after_bounded_atte
         admin.dispose()
 
 
-@pytest.mark.mariadb_only
 def test_outages_are_transient_and_lasting_faults_are_not(mariadb_url: str) -> None:
     """Errors raised by a real server and a real refused connection, classified."""
     url = make_url(mariadb_url)

@@ -690,7 +690,7 @@ class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachi
 
 PROFILE = os.environ.get("COORDINATOR_MODEL_PROFILE", "ci")
 CoordinatorModel.TestCase.settings = settings.get_profile(PROFILE)
-TestCoordinatorModel = CoordinatorModel.TestCase
+TestCoordinatorModel = pytest.mark.slow(CoordinatorModel.TestCase)
 pytestmark = [pytest.mark.timeout(0)] if PROFILE == "long" else []
 """The long profile runs for longer than the suite's per-test timeout (all programs are one test;
 a timeout in the middle of one would look like a flaky failure)."""

@@ -286,6 +286,7 @@ def test_a_legacy_clp_database_is_upgraded_in_place_idempotently(engine: Engine)
     assert _legacy_rows(engine) == before
 
 
+@pytest.mark.slow
 def test_alembic_command_line_reads_the_database_url_from_the_environment(
     tmp_path: os.PathLike[str],
 ) -> None:
@@ -644,6 +645,7 @@ def _compression_jobs_schema(engine: Engine) -> tuple[set[str], dict[str, list[s
     return columns, indexes
 
 
+@pytest.mark.slow
 def test_downgrade_to_base_keeps_every_clp_table_and_row_and_can_upgrade_again(
     engine: Engine,
 ) -> None:
@@ -747,6 +749,7 @@ def test_downgrade_refuses_while_a_job_is_in_a_state_clp_cannot_read(
     assert migrate.current_revision(engine) is None
 
 
+@pytest.mark.slow
 def test_alembic_s_own_command_line_refuses_the_downgrade_too(tmp_path: os.PathLike[str]) -> None:
     url = f"sqlite:///{tmp_path}/cli.db"
     environment = {**os.environ, DATABASE_URL_ENV: url}

@@ -69,6 +69,7 @@ def test_an_outage_is_one_line_then_summaries_at_growing_intervals(tmp_path: Pat
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_the_service_logs_an_outage_without_tracebacks_and_reports_its_end(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -50,7 +50,7 @@ from tests.sample_logs import write_json_logs
 from tests.service_support import archive_files, unfinished_spider_jobs
 from tests.timing import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mariadb]  # a private MariaDB server of its own
 
 
 @dataclass

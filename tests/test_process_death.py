@@ -29,6 +29,8 @@ from coordinator.service.ingest import put_files, submit_job
 from tests.processes import children, is_running
 from tests.sample_logs import write_json_logs
 
+pytestmark = pytest.mark.slow  # real coordinator processes, SIGKILLed
+
 
 def _hanging_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict[str, str]]:
     """A data directory with one job whose compress task will hang; the environment that makes

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+import pytest
 from sqlalchemy import func, select
 
 from coordinator.lifecycle import Actor, JobStatus
@@ -16,6 +17,8 @@ from coordinator.store.guarded import Applied, LostRace, TransitionRequest, Tran
 from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.schema import JobTransition
 from tests.paths import new_job_in
+
+pytestmark = pytest.mark.slow  # real engines racing
 
 RACES = 150
 

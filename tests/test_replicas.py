@@ -76,6 +76,7 @@ def _coordinator(
     return coordinator
 
 
+@pytest.mark.slow
 def test_a_dead_coordinators_job_is_taken_over_and_the_old_one_is_fenced_out(
     tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,6 +185,7 @@ def test_foreign_jobs_are_forgotten_once_they_leave_pending(
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_an_unexpected_error_on_one_job_does_not_stop_the_loop(
     tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -222,6 +224,7 @@ def test_an_unexpected_error_on_one_job_does_not_stop_the_loop(
 # --- issue 10: one live owner per instance id and per Spider job ---------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_coordinator_with_the_same_instance_id_refuses_to_start(
     config: CoordinatorConfig,
 ) -> None:
@@ -243,6 +246,7 @@ def test_a_second_coordinator_with_the_same_instance_id_refuses_to_start(
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.slow
 def test_a_restart_after_a_crash_takes_the_instance_id_over_at_once(
     config: CoordinatorConfig,
 ) -> None:
@@ -271,6 +275,7 @@ def test_a_restart_after_a_crash_takes_the_instance_id_over_at_once(
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.slow
 def test_the_survivor_takes_the_spider_job_over_with_the_lease(
     tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -174,6 +174,7 @@ def _resolve_at_once(spiders: list[EmbeddedSpider] | list[GrpcSpider], engine: E
 # --- a whole job on the embedded default --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("clp_row", [True, False], ids=["clp-row", "empty"])
 def test_a_whole_job_on_the_embedded_engine_leaves_clp_s_table_untouched(
     config: CoordinatorConfig, tmp_path: Path, clp_row: bool
@@ -277,6 +278,7 @@ def test_over_grpc_a_registration_whose_id_was_never_recorded_is_found_and_recor
         assert ResourceGroup(migrated_engine, spider, NAME).id() == lost  # from the row now
 
 
+@pytest.mark.slow
 def test_over_grpc_a_group_spider_has_under_another_password_is_a_clear_error(
     migrated_engine: Engine, tmp_path: Path
 ) -> None:

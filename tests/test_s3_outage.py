@@ -106,6 +106,7 @@ def events_in(archive: Path) -> int:
 # --- a short outage ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_outage_after_some_objects_were_read_is_retried_and_the_task_succeeds(
     migrated_engine: Engine,
     worker_database_url: str,
@@ -152,6 +153,7 @@ def test_an_outage_after_some_objects_were_read_is_retried_and_the_task_succeeds
     assert list((tmp_path / "staging").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_503_from_s3_is_retried_and_the_task_succeeds(
     migrated_engine: Engine,
     worker_database_url: str,
@@ -178,6 +180,7 @@ def test_a_503_from_s3_is_retried_and_the_task_succeeds(
 # --- an outage that outlasts the bound ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_outage_longer_than_the_bound_fails_saying_s3_is_unreachable_and_leaves_nothing(
     migrated_engine: Engine,
     worker_database_url: str,
@@ -220,6 +223,7 @@ def test_an_outage_longer_than_the_bound_fails_saying_s3_is_unreachable_and_leav
 # --- refusals are not retried ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("refusal", ["404 from moto", "403 Forbidden", "unparsable object"])
 def test_a_refusal_fails_at_once_without_another_run(
     migrated_engine: Engine,
@@ -293,6 +297,7 @@ def test_curl_errors_are_told_apart_as_clp_s_prints_them(line: str, transient: b
 # --- an outage during the archive upload -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_outage_during_the_archive_upload_is_survived_by_the_upload_retries(
     migrated_engine: Engine,
     worker_database_url: str,
@@ -343,6 +348,7 @@ def _keys(client: Any, bucket: str) -> list[str]:
     return [entry["Key"] for entry in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
 
 
+@pytest.mark.slow
 def test_the_proxy_refuses_and_resets_while_down_and_serves_again_on_the_same_port(
     s3_endpoint: str, proxy: TcpProxy
 ) -> None:

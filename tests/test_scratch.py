@@ -193,6 +193,7 @@ def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_the_engine_removes_the_directory_of_an_instance_it_kills_and_no_other(
     sqlite_engine: Engine, tmp_path: Path
 ) -> None:

@@ -62,6 +62,8 @@ from tests.service_support import (
     with_target_archive_size,
 )
 
+pytestmark = pytest.mark.slow  # every test runs jobs through the loop on a real engine
+
 DATASET = "web"
 SPIDER_CANCELLED = "The Spider compression job was cancelled."
 WITHDRAWN = " The published archives were withdrawn."

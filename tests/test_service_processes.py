@@ -30,6 +30,8 @@ from coordinator.store.jobs import JobStore
 from coordinator.store.schema import EngineJob, JobTransition
 from tests.sample_logs import write_json_logs
 
+pytestmark = pytest.mark.slow  # real coordinator processes, killed and restarted
+
 
 def _environment(database_url: str, **extra: str) -> dict[str, str]:
     environment = {k: v for k, v in os.environ.items() if k not in (CRASH_ENV,)}

@@ -17,7 +17,7 @@ import pytest
 from coordinator.config.locations import PROJECT_ROOT
 
 
-@pytest.mark.mariadb_only
+@pytest.mark.slow
 def test_the_quick_soak_passes(tmp_path: Path, mariadb_url: str) -> None:
     environment = {
         k: v

@@ -44,6 +44,8 @@ from coordinator.spider.port import (
 )
 from tests.engine_support import graph, running_engine, submit, task, wait_for, wait_for_journal
 
+pytestmark = pytest.mark.slow  # every test runs jobs on a real engine, in-process and over gRPC
+
 LOCALHOST = "127.0.0.1"
 PASSWORD = b"compression-coordinator"
 DONE = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)

@@ -11,7 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.sample_logs import write_json_logs
+
+pytestmark = pytest.mark.slow  # a real coordinator spider serve process
 
 
 def _coordinator(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -715,6 +715,7 @@ def test_a_fatal_call_shuts_the_storage_down_and_a_restart_recovers_the_job(
                 spider.get_job_outputs(job_id)
 
 
+@pytest.mark.mariadb
 def test_on_a_latin1_database_the_first_in_task_failure_shuts_the_storage_down(
     tmp_path: Path,
 ) -> None:

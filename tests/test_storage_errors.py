@@ -335,6 +335,7 @@ def _output(bucket: str, endpoint: str) -> S3ArchiveOutput:
     )
 
 
+@pytest.mark.slow
 def test_an_upload_during_a_short_outage_is_retried_and_succeeds(
     tmp_path: Path,
     s3_endpoint: str,
@@ -354,6 +355,7 @@ def test_an_upload_during_a_short_outage_is_retried_and_succeeds(
     assert client.get_object(Bucket=bucket, Key="p/ds/a-5")["Body"].read() == b"after the outage"
 
 
+@pytest.mark.slow
 def test_a_delete_during_a_short_outage_is_retried_and_succeeds(
     tmp_path: Path, s3_endpoint: str, late_s3: Callable[[float], str]
 ) -> None:
@@ -366,6 +368,7 @@ def test_a_delete_during_a_short_outage_is_retried_and_succeeds(
     assert client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
 
 
+@pytest.mark.slow
 def test_a_lasting_outage_fails_within_the_bound_saying_so(tmp_path: Path) -> None:
     endpoint = f"http://127.0.0.1:{_free_port()}"
     output = _output("archives", endpoint)
@@ -387,6 +390,7 @@ def test_a_lasting_outage_fails_within_the_bound_saying_so(tmp_path: Path) -> No
 # --- the job's status_msg ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_job_whose_archive_disk_is_full_fails_with_a_status_msg_saying_so(
     config: CoordinatorConfig, tmp_path: Path, small_tmpfs: Callable[..., Path]
 ) -> None:
