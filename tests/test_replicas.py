@@ -63,7 +63,7 @@ def _coordinator(
 ) -> Coordinator:
     """A coordinator whose clocks (monotonic and the database's) are ``clock``: its leases expire
     when the test moves the clock, not after a wait."""
-    coordinator = Coordinator(
+    return Coordinator(
         engine=engine,
         spider=spider,
         settings=config.compression_coordinator,
@@ -71,9 +71,8 @@ def _coordinator(
         instance_id=name,
         lease_duration=_LEASE,
         clock=clock.monotonic,
+        store=JobStore(engine, clock=clock.utc),
     )
-    coordinator.store.clock = clock.utc
-    return coordinator
 
 
 @pytest.mark.slow
