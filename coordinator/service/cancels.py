@@ -20,18 +20,16 @@ from __future__ import annotations
 import logging
 
 from coordinator.lifecycle import IN_FLIGHT_STATUSES, JobStatus, Trigger
-from coordinator.service.driven import Driven, DrivenJob, Mover
+from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.logs import LOOP_LOGGER
 from coordinator.service.submitter import CANCELLED_BEFORE_SUBMISSION
 from coordinator.spider.port import (
     JobState,
     SpiderError,
-    SpiderPort,
     cancel_if_safe,
     start_if_ready,
 )
 from coordinator.store import leases
-from coordinator.store.jobs import JobStore
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -39,30 +37,18 @@ _log = logging.getLogger(LOOP_LOGGER)
 class CancelServer:
     """Delivers the persisted cancel requests of the driven jobs."""
 
-    def __init__(
-        self,
-        *,
-        store: JobStore,
-        driven: Driven,
-        mover: Mover,
-        spider: SpiderPort,
-        cleanup_task: bool,
-    ) -> None:
-        self.engine = store.engine
-        self.driven = driven
-        self.mover = mover
-        self.spider = spider
-        self.cleanup_task = cleanup_task
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
 
     def serve(self) -> None:
         """Serve every driven job's request once. Raises the driver's errors."""
-        for job_id in leases.cancel_requests(self.engine, list(self.driven)):
-            job = self.driven.get(job_id)
+        for job_id in leases.cancel_requests(self.loop.engine, list(self.loop.driven)):
+            job = self.loop.driven.get(job_id)
             if job is None:
                 continue
             if job.status is JobStatus.PENDING:
                 if job.spider_id is None:  # else a recorded Spider job: the submitter ends it
-                    self.mover.move(
+                    self.loop.move(
                         job, Trigger.CANCELLED, JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION
                     )
                 continue
@@ -71,10 +57,12 @@ class CancelServer:
 
     def _cancel_in_spider(self, job: DrivenJob, spider_id: int) -> None:
         try:
-            state = cancel_if_safe(self.spider, spider_id, cleanup_task=self.cleanup_task)
-            if state is JobState.READY and self.cleanup_task:
-                start_if_ready(self.spider, spider_id)
-                state = cancel_if_safe(self.spider, spider_id, cleanup_task=self.cleanup_task)
+            state = cancel_if_safe(self.loop.spider, spider_id, cleanup_task=self.loop.cleanup_task)
+            if state is JobState.READY and self.loop.cleanup_task:
+                start_if_ready(self.loop.spider, spider_id)
+                state = cancel_if_safe(
+                    self.loop.spider, spider_id, cleanup_task=self.loop.cleanup_task
+                )
         except SpiderError as error:
             # E.g. the job became terminal meanwhile (still cached): the poll concludes it.
             _log.warning("cancel request not delivered yet: %s", error, extra=job.log())
@@ -84,9 +72,9 @@ class CancelServer:
             return
         job.cancel_seen = state
         job.next_poll = 0.0
-        if state is JobState.SUCCEEDED and self.cleanup_task:
+        if state is JobState.SUCCEEDED and self.loop.cleanup_task:
             _log.info("cancel requested after Spider's success: the job completes", extra=job.log())
-        elif not self.cleanup_task and not state.is_terminal:
+        elif not self.loop.cleanup_task and not state.is_terminal:
             _log.info(
                 "cancel requested; Spider job is %s and its graph has no cleanup task, so it is "
                 "left to finish and the job ends Killed then",

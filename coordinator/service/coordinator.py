@@ -11,7 +11,8 @@ Each ``tick`` calls, in this order:
    an in-flight one (poll, react by ``coordinator.lifecycle.reactions``, roll back, clean up);
 5. the outcome handler's periodic **sweep** of ended jobs' archives.
 
-Every move goes through one ``Mover`` (``driven.py``): the edge's guarded transition, fenced.
+The parts share one ``Loop`` (``driven.py``), through which every move goes: the edge's guarded
+transition, fenced by the lease.
 
 An error that is not an outage (a dataset table that cannot be created, an unexpected exception)
 counts as a failed attempt of the job: attempts back off from 1 s doubling to 60 s, and after
@@ -42,7 +43,7 @@ from coordinator.archive_storage import ArchiveOutputSettings
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import JobStatus
 from coordinator.service.cancels import CancelServer
-from coordinator.service.driven import Driven, DrivenJob, Mover
+from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.lease_keeper import LeaseKeeper
 from coordinator.service.logs import LOOP_LOGGER
 from coordinator.service.outcomes import OutcomeHandler
@@ -94,66 +95,39 @@ class Coordinator:
         """``clock`` is the loop's monotonic clock (schedules, back-offs); ``store`` the job store
         whose clock stamps the rows (default: ``JobStore(engine)``, the wall clock in UTC)."""
         self.engine = engine
-        self.store = store if store is not None else JobStore(engine)
-        self.spider = spider
-        self.settings = settings
         self.archive_output = archive_output
-        self.instance_id = instance_id or default_instance_id()
         self.max_attempts = max_attempts
-        # Whether graphs carry compression::cleanup, which makes CancelJob safe in CommitReady;
-        # CLP's own task package (on a Spider cluster) has no such task.
-        self.cleanup_task = cleanup_task
-        self.resource_group = ResourceGroup(engine, spider, settings.resource_group.name)
-        self.driven: Driven = {}
+        self.loop = Loop(
+            store=store if store is not None else JobStore(engine),
+            spider=spider,
+            settings=settings,
+            instance_id=instance_id or default_instance_id(),
+            cleanup_task=cleanup_task,
+            monotonic=clock,
+        )
+        # The loop's collaborators, read-only, for callers that assemble or inspect a coordinator.
+        self.driven, self.store, self.spider = self.loop.driven, self.loop.store, spider
+        self.settings, self.instance_id = settings, self.loop.instance_id
         self.stopping = threading.Event()
-        self._monotonic = clock
         self._claim_retry_at = 0.0
         self._phase_failures = 0
-        mover = Mover(self.store, self.driven, self.instance_id)
+        self.resource_group = ResourceGroup(engine, spider, settings.resource_group.name)
         self.leases = LeaseKeeper(
-            store=self.store,
-            driven=self.driven,
-            settings=settings,
-            instance_id=self.instance_id,
+            self.loop,
             lease_duration=lease_duration,
             owns_undecodable_jobs=owns_undecodable_jobs,
             leaves_job=leaves_job,
-            monotonic=clock,
         )
-        self.cancels = CancelServer(
-            store=self.store,
-            driven=self.driven,
-            mover=mover,
-            spider=spider,
-            cleanup_task=cleanup_task,
-        )
+        self.cancels = CancelServer(self.loop)
         self.submitter = Submitter(
-            store=self.store,
-            driven=self.driven,
-            mover=mover,
-            spider=spider,
-            resource_group=self.resource_group,
-            settings=settings,
-            cleanup_task=cleanup_task,
-            instance_id=self.instance_id,
-            attempt_failed=self._attempt_failed,
-            monotonic=clock,
+            self.loop, resource_group=self.resource_group, attempt_failed=self._attempt_failed
         )
-        self.outcomes = OutcomeHandler(
-            store=self.store,
-            driven=self.driven,
-            mover=mover,
-            spider=spider,
-            settings=settings,
-            archive_output=archive_output,
-            cleanup_task=cleanup_task,
-            monotonic=clock,
-        )
+        self.outcomes = OutcomeHandler(self.loop, archive_output=archive_output)
 
     def run(self, *, until_idle: bool = False) -> None:
         """Tick until ``stopping`` is set (or, with ``until_idle``, nothing is left to do)."""
         interval = self.settings.job_polling_interval_millisecs / 1000
-        outage = Outage("the database", _log, clock=self._monotonic)
+        outage = Outage("the database", _log, clock=self.loop.monotonic)
         while not self.stopping.is_set():
             try:
                 report = self.tick()
@@ -178,7 +152,7 @@ class Coordinator:
         report = TickReport()
         self._guarded_phase("lease renewal", self.leases.renew)
         self.cancels.serve()
-        if not self.stopping.is_set() and self._monotonic() >= self._claim_retry_at:
+        if not self.stopping.is_set() and self.loop.monotonic() >= self._claim_retry_at:
             report.claimed = self._guarded_phase("claim", self.leases.claim) or 0
         for job in list(self.driven.values()):
             if self.stopping.is_set() and job.status is JobStatus.PENDING:
@@ -220,14 +194,14 @@ class Coordinator:
             delay = min(MAX_ATTEMPT_BACKOFF_SECS, 2.0**self._phase_failures)
             self._phase_failures += 1
             _log.exception("unexpected error in the %s; claiming again in %.0f s", name, delay)
-            self._claim_retry_at = self._monotonic() + delay
+            self._claim_retry_at = self.loop.monotonic() + delay
             return None
         self._phase_failures = 0
         return result
 
     def _advance(self, job: DrivenJob) -> bool:
         """Submit or poll ``job`` when it is due; whether it concluded."""
-        now = self._monotonic()
+        now = self.loop.monotonic()
         if job.status is JobStatus.PENDING:
             if now >= job.retry_submit_at:
                 self.submitter.submit(job)
@@ -240,7 +214,7 @@ class Coordinator:
         ]
         if not polls:
             return interval
-        return max(0.01, min(interval, min(polls) - self._monotonic()))
+        return max(0.01, min(interval, min(polls) - self.loop.monotonic()))
 
     def _attempt_failed(self, job: DrivenJob, why: str) -> None:
         """An error that would repeat: back off, and after ``max_attempts`` end the job Failed."""
@@ -258,4 +232,4 @@ class Coordinator:
             why,
             extra=job.log(),
         )
-        job.retry_submit_at = job.next_poll = self._monotonic() + delay
+        job.retry_submit_at = job.next_poll = self.loop.monotonic() + delay

@@ -1,7 +1,8 @@
-"""The jobs one coordinator drives, and the one way it moves them.
+"""What the parts of one coordinator loop share: the jobs it drives, and the one way to move them.
 
-A ``DrivenJob`` is a job whose lease this coordinator holds. ``Mover`` is the only writer of a
-driven job's state: every move is the edge's guarded transition, fenced by the lease epoch, and a
+A ``DrivenJob`` is a job whose lease this coordinator holds. ``Loop`` holds what every part (lease
+keeper, cancel server, submitter, outcome handler) works with, and is the only writer of a driven
+job's state: every move is the edge's guarded transition, fenced by the lease epoch, and a
 ``Reaction`` (``coordinator.lifecycle.reactions``) is applied here with what it must do in the same
 transaction (withdraw the published archives, or require evidence of them).
 """
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
+from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import (
     UNPUBLISHED,
     Actor,
@@ -22,7 +24,7 @@ from coordinator.lifecycle import (
     Trigger,
 )
 from coordinator.service.logs import LOOP_LOGGER, job_fields
-from coordinator.spider.port import JobState
+from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store import leases
 from coordinator.store.archives import withdraw_archives
 from coordinator.store.evidence import publication_gap
@@ -55,6 +57,9 @@ class DrivenJob:
         return job_fields(self.job_id, self.spider_id)
 
 
+Clock = Callable[[], float]
+"""A monotonic clock in seconds (``time.monotonic``; tests inject their own)."""
+
 Driven = dict[int, DrivenJob]
 """The jobs a coordinator drives, by job id (shared by the loop's parts)."""
 
@@ -63,13 +68,25 @@ class _Unpublished(Exception):
     """Finalising found no evidence of the job's publication (the message says what is missing)."""
 
 
-class Mover:
-    """Moves driven jobs along the lifecycle's edges, as this coordinator instance."""
+@dataclass(frozen=True)
+class Loop:
+    """One coordinator's loop: its collaborators, its driven jobs, and the moves it makes."""
 
-    def __init__(self, store: JobStore, driven: Driven, instance_id: str) -> None:
-        self.store = store
-        self.driven = driven
-        self.instance_id = instance_id
+    store: JobStore
+    spider: SpiderPort
+    settings: CompressionCoordinator
+    instance_id: str
+    """The lease owner's name, recorded as the actor of every move."""
+    cleanup_task: bool
+    """Whether the task graphs carry ``compression::cleanup``, which makes CancelJob safe in
+    CommitReady; CLP's own task package (on a Spider cluster) has no such task."""
+    monotonic: Clock
+    """The loop's clock for schedules and back-offs (rows are stamped by the store's clock)."""
+    driven: Driven = field(default_factory=dict)
+
+    @property
+    def engine(self) -> Engine:
+        return self.store.engine
 
     def move(
         self,
@@ -159,7 +176,3 @@ class Mover:
             _log.info("rolled back %d published archive(s)", len(withdrawn), extra=job.log())
 
         return withdraw
-
-
-Clock = Callable[[], float]
-"""A monotonic clock in seconds (``time.monotonic``; tests inject their own)."""

@@ -16,15 +16,13 @@ from datetime import timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from coordinator.config.clp import CompressionCoordinator
 from coordinator.job_config import S3_OBJECT_METADATA, UndecodableJobConfig, peek_input_type
 from coordinator.lifecycle import JobStatus
 from coordinator.service import crashpoints
-from coordinator.service.driven import Clock, Driven, DrivenJob
+from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.service.prepare import dataset_of
 from coordinator.store import leases
-from coordinator.store.jobs import JobStore
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -34,27 +32,18 @@ class LeaseKeeper:
 
     def __init__(
         self,
+        loop: Loop,
         *,
-        store: JobStore,
-        driven: Driven,
-        settings: CompressionCoordinator,
-        instance_id: str,
         lease_duration: timedelta,
         owns_undecodable_jobs: bool,
         leaves_job: Callable[[bytes], str | None] | None,
-        monotonic: Clock,
     ) -> None:
-        self.store = store
-        self.engine = store.engine
-        self.driven = driven
-        self.settings = settings
-        self.instance_id = instance_id
+        self.loop = loop
         self.lease_duration = lease_duration
         self.owns_undecodable_jobs = owns_undecodable_jobs
         # Why an s3_object_metadata job is not this coordinator's after all (None: it is); the
         # embedded default leaves jobs that do not name its local object store (runtime.py).
         self.leaves_job = leaves_job
-        self._monotonic = monotonic
         self._foreign: set[int] = set()
         self._next_renewal = 0.0
 
@@ -63,54 +52,54 @@ class LeaseKeeper:
 
         Raises SQLAlchemy's errors when the database is unavailable.
         """
-        now = self._monotonic()
-        if now < self._next_renewal or not self.driven:
+        now = self.loop.monotonic()
+        if now < self._next_renewal or not self.loop.driven:
             return
         self._next_renewal = now + self.lease_duration.total_seconds() / 3
         lost = leases.renew(
-            self.engine,
-            {job.job_id: job.epoch for job in self.driven.values()},
-            owner=self.instance_id,
-            expires=self.store.clock() + self.lease_duration,
+            self.loop.engine,
+            {job.job_id: job.epoch for job in self.loop.driven.values()},
+            owner=self.loop.instance_id,
+            expires=self.loop.store.clock() + self.lease_duration,
         )
         for job_id in lost:
-            job = self.driven.pop(job_id)
+            job = self.loop.driven.pop(job_id)
             _log.warning("lease lost: another coordinator took the job over", extra=job.log())
 
     def claim(self) -> int:
         """Claim up to the free capacity; how many jobs were claimed. Raises the driver's errors."""
-        capacity = self.settings.max_concurrent_jobs - len(self.driven)
-        now = self.store.clock()
+        capacity = self.loop.settings.max_concurrent_jobs - len(self.loop.driven)
+        now = self.loop.store.clock()
         taken = leases.take_over_in_flight(
-            self.engine,
-            owner=self.instance_id,
+            self.loop.engine,
+            owner=self.loop.instance_id,
             lease=self.lease_duration,
             now=now,
             limit=capacity,
-            skip=list(self.driven),
+            skip=list(self.loop.driven),
         )
         # Pending rows that already record a Spider job are claimed only to be ended (never
         # submitted: the `submitted` edge would lose its race on every attempt).
         recorded = leases.claim_pending(
-            self.engine,
-            owner=self.instance_id,
+            self.loop.engine,
+            owner=self.loop.instance_id,
             lease=self.lease_duration,
             now=now,
             limit=capacity - len(taken),
             is_ours=self._is_ours,
-            skip=self._foreign | set(self.driven),
+            skip=self._foreign | set(self.loop.driven),
             recorded_spider_id=True,
         )
         claimed = leases.claim_pending(
-            self.engine,
-            owner=self.instance_id,
+            self.loop.engine,
+            owner=self.loop.instance_id,
             lease=self.lease_duration,
             now=now,
             limit=capacity - len(taken) - len(recorded),
             is_ours=self._is_ours,
-            skip=self._foreign | set(self.driven),
+            skip=self._foreign | set(self.loop.driven),
         )
-        init = self.settings.result_polling.init_backoff_millisecs
+        init = self.loop.settings.result_polling.init_backoff_millisecs
         for lease in [*taken, *recorded, *claimed]:
             job = DrivenJob(
                 job_id=lease.job_id,
@@ -121,7 +110,7 @@ class LeaseKeeper:
                 clp_config=lease.clp_config,
                 backoff_ms=init,
             )
-            self.driven[job.job_id] = job
+            self.loop.driven[job.job_id] = job
             verb = "took over" if lease.status is not JobStatus.PENDING else "claimed"
             _log.info("%s job (%s)", verb, lease.status.label, extra=job.log())
             crashpoints.crashpoint("claimed")
@@ -129,17 +118,19 @@ class LeaseKeeper:
 
     def release_all(self) -> None:
         """Give up every lease now, so another coordinator (or the next start) continues at once."""
-        held = {job.job_id: job.epoch for job in self.driven.values()}
+        held = {job.job_id: job.epoch for job in self.loop.driven.values()}
         if held:
             try:
-                leases.release(self.engine, held, owner=self.instance_id, now=self.store.clock())
+                leases.release(
+                    self.loop.engine, held, owner=self.loop.instance_id, now=self.loop.store.clock()
+                )
             except SQLAlchemyError:
                 _log.warning("could not release %d lease(s); they will expire", len(held))
 
     def forget_claimed_foreign_jobs(self) -> None:
         """Foreign jobs leave Pending once the legacy scheduler takes them; forget those, so the
         claim query's exclusion list stays as short as the foreign backlog."""
-        self._foreign = leases.still_pending(self.engine, self._foreign)
+        self._foreign = leases.still_pending(self.loop.engine, self._foreign)
 
     def _is_ours(self, job_id: int, clp_config: bytes) -> bool:
         try:

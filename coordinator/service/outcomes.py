@@ -19,7 +19,6 @@ from datetime import timedelta
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.archive_storage import ArchiveOutputSettings
-from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import GIVING_UP, IN_FLIGHT_STATUSES, JobStatus, Outcome, reaction_to
 from coordinator.service import crashpoints
 from coordinator.service.cleanup import (
@@ -29,19 +28,18 @@ from coordinator.service.cleanup import (
     settle_unattributed_archives,
     terminal_jobs_with_stored_archives,
 )
-from coordinator.service.driven import Clock, Driven, DrivenJob, Mover
+from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.spider.port import (
     JobNotFound,
     JobState,
     SpiderError,
-    SpiderPort,
     cancel_if_safe,
     start_if_ready,
 )
 from coordinator.store import leases
 from coordinator.store.database import is_transient
-from coordinator.store.jobs import JobStore, job_state
+from coordinator.store.jobs import job_state
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -59,25 +57,12 @@ class OutcomeHandler:
 
     def __init__(
         self,
+        loop: Loop,
         *,
-        store: JobStore,
-        driven: Driven,
-        mover: Mover,
-        spider: SpiderPort,
-        settings: CompressionCoordinator,
         archive_output: ArchiveOutputSettings,
-        cleanup_task: bool,
-        monotonic: Clock,
     ) -> None:
-        self.store = store
-        self.engine = store.engine
-        self.driven = driven
-        self.mover = mover
-        self.spider = spider
-        self.settings = settings
+        self.loop = loop
         self.archive_output = archive_output
-        self.cleanup_task = cleanup_task
-        self._monotonic = monotonic
         self._next_sweep = 0.0
         self._next_reconcile: float | None = None
         self._reconciler: threading.Thread | None = None
@@ -90,7 +75,7 @@ class OutcomeHandler:
         """
         assert job.spider_id is not None
         try:
-            state: JobState | None = self.spider.get_job_state(job.spider_id)
+            state: JobState | None = self.loop.spider.get_job_state(job.spider_id)
         except JobNotFound:
             state = None
         except SpiderError as error:
@@ -99,7 +84,7 @@ class OutcomeHandler:
             return False
         if state is JobState.READY:
             try:
-                start_if_ready(self.spider, job.spider_id)
+                start_if_ready(self.loop.spider, job.spider_id)
             except SpiderError as error:
                 _log.warning("StartJob failed: %s", error, extra=job.log())
             self._back_off(job)
@@ -112,24 +97,26 @@ class OutcomeHandler:
         return True
 
     def _back_off(self, job: DrivenJob) -> None:
-        job.next_poll = self._monotonic() + job.backoff_ms / 1000
-        job.backoff_ms = min(job.backoff_ms * 2, self.settings.result_polling.max_backoff_millisecs)
+        job.next_poll = self.loop.monotonic() + job.backoff_ms / 1000
+        job.backoff_ms = min(
+            job.backoff_ms * 2, self.loop.settings.result_polling.max_backoff_millisecs
+        )
 
     def _conclude(self, job: DrivenJob, state: JobState | None) -> None:
-        row = self.store.get(job.job_id)
+        row = self.loop.store.get(job.job_id)
         try:
             current = None if row is None else job_state(row)
         except ValueError:
             current = None  # a status no one defines: another writer's, left as it is
         if current is None:
-            self.driven.pop(job.job_id, None)  # gone, or a status no one defines: left alone
+            self.loop.driven.pop(job.job_id, None)  # gone, or a status no one defines: left alone
         else:
             job.status = current
             outcome = self._outcome(job, state)
             reaction = reaction_to(outcome, current)
             moves = reaction.trigger is not None
             error = self._spider_error(job) if moves and outcome is Outcome.FAILED else ""
-            self.mover.react(job, reaction, error=error)
+            self.loop.react(job, reaction, error=error)
         self.clean_up(job)
 
     def _outcome(self, job: DrivenJob, state: JobState | None) -> Outcome:
@@ -144,12 +131,14 @@ class OutcomeHandler:
         so a started job was never sent CancelJob (``cancel_if_safe``) and ran to its end."""
         if job.status not in IN_FLIGHT_STATUSES:
             return False
-        return not self.cleanup_task and bool(leases.cancel_requests(self.engine, [job.job_id]))
+        return not self.loop.cleanup_task and bool(
+            leases.cancel_requests(self.loop.engine, [job.job_id])
+        )
 
     def _spider_error(self, job: DrivenJob) -> str:
         assert job.spider_id is not None
         try:
-            return self.spider.get_job_error(job.spider_id)
+            return self.loop.spider.get_job_error(job.spider_id)
         except SpiderError as error:
             return f"<failed to fetch job error: {error}>"
 
@@ -158,15 +147,15 @@ class OutcomeHandler:
         Spider job is cancelled first. Raises the driver's errors."""
         reaction = GIVING_UP.get(job.status)
         if reaction is None:
-            self.driven.pop(job.job_id, None)
+            self.loop.driven.pop(job.job_id, None)
             return
         if job.status is JobStatus.RUNNING:
             assert job.spider_id is not None
             try:
-                cancel_if_safe(self.spider, job.spider_id, cleanup_task=self.cleanup_task)
+                cancel_if_safe(self.loop.spider, job.spider_id, cleanup_task=self.loop.cleanup_task)
             except SpiderError as error:
                 _log.warning("could not cancel the Spider job: %s", error, extra=job.log())
-        self.mover.react(job, reaction, **message_fields)
+        self.loop.react(job, reaction, **message_fields)
         self.clean_up(job)
 
     def clean_up(self, job: DrivenJob) -> None:
@@ -177,7 +166,7 @@ class OutcomeHandler:
         if job.spider_id is None:
             return
         try:
-            settled = settle_archives(self.engine, job.job_id, self.archive_output)
+            settled = settle_archives(self.loop.engine, job.job_id, self.archive_output)
         except SQLAlchemyError as error:
             if is_transient(error):
                 raise
@@ -188,7 +177,7 @@ class OutcomeHandler:
 
     def sweep_due(self) -> bool:
         """Whether a sweep is due now (every ``SWEEP_INTERVAL_SECS``); schedules the next one."""
-        now = self._monotonic()
+        now = self.loop.monotonic()
         if now < self._next_sweep:
             return False
         self._next_sweep = now + SWEEP_INTERVAL_SECS
@@ -197,19 +186,19 @@ class OutcomeHandler:
     def sweep(self) -> None:
         """Settle the archives of ended jobs this loop did not conclude, and start the hourly
         reconciliation when it is due. Raises the driver's errors."""
-        grace = self.store.clock() - timedelta(seconds=SWEEP_INTERVAL_SECS)
-        for job_id in terminal_jobs_with_stored_archives(self.engine, grace):
-            if job_id in self.driven:
+        grace = self.loop.store.clock() - timedelta(seconds=SWEEP_INTERVAL_SECS)
+        for job_id in terminal_jobs_with_stored_archives(self.loop.engine, grace):
+            if job_id in self.loop.driven:
                 continue
-            settled = settle_archives(self.engine, job_id, self.archive_output)
+            settled = settle_archives(self.loop.engine, job_id, self.archive_output)
             if settled.removed:
                 _log.info(
                     "sweep removed %d archive(s)", settled.removed, extra=job_fields(job_id, None)
                 )
-        orphans = settle_unattributed_archives(self.engine, self.archive_output, grace)
+        orphans = settle_unattributed_archives(self.loop.engine, self.archive_output, grace)
         if orphans:
             _log.info("sweep removed %d archive(s) no job can publish any more", orphans)
-        self._reconcile(self._monotonic())
+        self._reconcile(self.loop.monotonic())
 
     def _reconcile(self, now: float) -> None:
         """Every hour (the first a sweep interval after the start), list the archive storage and
@@ -222,7 +211,7 @@ class OutcomeHandler:
         self._next_reconcile = now + RECONCILE_INTERVAL_SECS
         self._reconciler = threading.Thread(
             target=log_reconciliation,
-            args=(self.engine, self.archive_output),
+            args=(self.loop.engine, self.archive_output),
             name="archive reconciliation",
             daemon=True,
         )

@@ -19,10 +19,9 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import DBAPIError
 
-from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import Actor, JobStatus, Trigger
 from coordinator.service import crashpoints
-from coordinator.service.driven import Clock, Driven, DrivenJob, Mover
+from coordinator.service.driven import Clock, DrivenJob, Loop
 from coordinator.service.logs import LOOP_LOGGER
 from coordinator.service.prepare import JobRejected, PreparedJob, prepare
 from coordinator.service.resource_group import ResourceGroup, ResourceGroupUnavailable
@@ -31,7 +30,6 @@ from coordinator.spider.port import (
     JobNotFound,
     JobState,
     SpiderError,
-    SpiderPort,
     Unauthenticated,
     cancel_if_safe,
     start_if_ready,
@@ -40,7 +38,6 @@ from coordinator.store import leases
 from coordinator.store.database import is_transient
 from coordinator.store.datasets import ensure_dataset_tables
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
-from coordinator.store.jobs import JobStore
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -71,29 +68,14 @@ class Submitter:
 
     def __init__(
         self,
+        loop: Loop,
         *,
-        store: JobStore,
-        driven: Driven,
-        mover: Mover,
-        spider: SpiderPort,
         resource_group: ResourceGroup,
-        settings: CompressionCoordinator,
-        cleanup_task: bool,
-        instance_id: str,
         attempt_failed: Callable[[DrivenJob, str], None],
-        monotonic: Clock,
     ) -> None:
-        self.store = store
-        self.engine = store.engine
-        self.driven = driven
-        self.mover = mover
-        self.spider = spider
+        self.loop = loop
         self.resource_group = resource_group
-        self.settings = settings
-        self.cleanup_task = cleanup_task
-        self.instance_id = instance_id
         self._attempt_failed = attempt_failed
-        self._monotonic = monotonic
 
     def submit(self, job: DrivenJob) -> None:
         """Submit ``job`` (or end it, when it never can run). Raises the driver's errors."""
@@ -111,23 +93,26 @@ class Submitter:
 
     def _prepare(self, job: DrivenJob) -> PreparedJob | None:
         """The job's submission, or ``None`` when it was cancelled, rejected or must wait."""
-        if leases.cancel_requests(self.engine, [job.job_id]):
+        if leases.cancel_requests(self.loop.engine, [job.job_id]):
             # Asked before this coordinator claimed it (or since): never submit it.
-            self.mover.move(job, Trigger.CANCELLED, JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION)
+            self.loop.move(job, Trigger.CANCELLED, JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION)
             return None
         try:
             prepared = prepare(
-                self.engine, job.clp_config, self.settings, cleanup_task=self.cleanup_task
+                self.loop.engine,
+                job.clp_config,
+                self.loop.settings,
+                cleanup_task=self.loop.cleanup_task,
             )
         except JobRejected as rejection:
-            self.mover.move(job, Trigger.REJECTED, JobStatus.FAILED, str(rejection))
+            self.loop.move(job, Trigger.REJECTED, JobStatus.FAILED, str(rejection))
             return None
         try:
-            ensure_dataset_tables(self.engine, prepared.dataset)
+            ensure_dataset_tables(self.loop.engine, prepared.dataset)
         except DBAPIError as error:
             why = f"cannot create the tables of dataset {prepared.dataset}: {error}"
             if is_transient(error):
-                retry_later(job, why, self._monotonic)
+                retry_later(job, why, self.loop.monotonic)
             else:
                 self._attempt_failed(job, why)
             return None
@@ -137,32 +122,34 @@ class Submitter:
         """The new Spider job's id, or ``None`` when the job was rejected or must wait."""
         submission = prepared.submission
         try:
-            return self.spider.register_job(
+            return self.loop.spider.register_job(
                 self.resource_group.id(),
                 submission.compressed_task_graph(),
                 submission.compressed_inputs(),
             )
         except InvalidArgument as error:
             message = f"Compression job failed: Spider rejected the task graph: {error}"
-            self.mover.move(job, Trigger.REJECTED, JobStatus.FAILED, message)
+            self.loop.move(job, Trigger.REJECTED, JobStatus.FAILED, message)
         except Unauthenticated:
             # Spider's storage was reset (hazard H11, docs/hazards.md): register the group anew.
             self.resource_group.invalidate()
             retry_later(
                 job,
                 "Spider does not know the resource group; registering it again",
-                self._monotonic,
+                self.loop.monotonic,
             )
         except ResourceGroupUnavailable as error:
-            retry_later(job, f"cannot submit yet: {error}", self._monotonic)
+            retry_later(job, f"cannot submit yet: {error}", self.loop.monotonic)
         except SpiderError as error:
             # Not retried: the call may have registered the job (see the module docstring).
-            retry_later(job, f"RegisterJob failed, the job stays Pending: {error}", self._monotonic)
+            retry_later(
+                job, f"RegisterJob failed, the job stays Pending: {error}", self.loop.monotonic
+            )
         return None
 
     def _record_and_start(self, job: DrivenJob, prepared: PreparedJob, spider_id: int) -> None:
         job.spider_id = spider_id
-        result = self.store.transition(
+        result = self.loop.store.transition(
             TransitionRequest(
                 job.job_id,
                 Trigger.SUBMITTED,
@@ -173,7 +160,7 @@ class Submitter:
                     f"{prepared.num_objects} object(s) in {prepared.num_tasks} task(s), "
                     f"Spider job {spider_id}"
                 ),
-                actor_id=self.instance_id,
+                actor_id=self.loop.instance_id,
                 spider_id=spider_id,
                 num_tasks=prepared.num_tasks,
                 fence=job.epoch,
@@ -186,11 +173,11 @@ class Submitter:
         job.status = JobStatus.RUNNING
         _log.info("submitted: %d task(s)", prepared.num_tasks, extra=job.log())
         try:
-            start_if_ready(self.spider, spider_id)
+            start_if_ready(self.loop.spider, spider_id)
         except SpiderError as error:
             _log.warning("StartJob failed; polling will retry: %s", error, extra=job.log())
         crashpoints.crashpoint("started")
-        job.next_poll = self._monotonic() + job.backoff_ms / 1000
+        job.next_poll = self.loop.monotonic() + job.backoff_ms / 1000
 
     def _abandon_registration(
         self, job: DrivenJob, spider_id: int, result: TransitionResult
@@ -202,7 +189,7 @@ class Submitter:
             extra=job.log(),
         )
         try:
-            cancel_if_safe(self.spider, spider_id, cleanup_task=self.cleanup_task)
+            cancel_if_safe(self.loop.spider, spider_id, cleanup_task=self.loop.cleanup_task)
         except SpiderError as error:
             _log.error(
                 "could not cancel orphan Spider job %d: %s", spider_id, error, extra=job.log()
@@ -218,7 +205,7 @@ class Submitter:
             job.spider_id = result.spider_id
             return
         job.spider_id = None
-        self.driven.pop(job.job_id, None)
+        self.loop.driven.pop(job.job_id, None)
 
     def _end_recorded_submission(self, job: DrivenJob) -> None:
         """End a Pending job whose row already records a Spider job, cancelling that job first.
@@ -228,14 +215,14 @@ class Submitter:
         assert job.spider_id is not None
         spider_id = job.spider_id
         try:
-            state = cancel_if_safe(self.spider, spider_id, cleanup_task=self.cleanup_task)
+            state = cancel_if_safe(self.loop.spider, spider_id, cleanup_task=self.loop.cleanup_task)
         except JobNotFound:
             outcome = "Spider does not know it"
         except SpiderError as error:
             why = f"cannot cancel recorded Spider job {spider_id} yet: {error}"
-            retry_later(job, why, self._monotonic)
+            retry_later(job, why, self.loop.monotonic)
             return
         else:
             outcome = RECORDED_SPIDER_JOB_STATES.get(state, f"it is {state.name.lower()}")
         message = RECORDED_SPIDER_JOB.format(spider_id=spider_id, outcome=outcome)
-        self.mover.move(job, Trigger.ABANDONED, JobStatus.FAILED, message)
+        self.loop.move(job, Trigger.ABANDONED, JobStatus.FAILED, message)
