@@ -150,24 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true")
     cancel = command("cancel", _cancel, "ask for a job to be cancelled")
     cancel.add_argument("job", type=int)
-    diagrams = command("diagrams", _diagrams, "write the state diagrams into diagrams/")
-    diagrams.add_argument(
-        "--check", action="store_true", help="fail if the committed diagrams are out of date"
+    _add_diagram_arguments(
+        command(
+            "diagrams", _diagrams, "write the state diagrams, docs/lifecycle.md, README diagram"
+        )
     )
-    diagrams.add_argument("--output", type=Path, default=PROJECT_ROOT / "diagrams")
-    diagrams.add_argument(
-        "--docs",
-        type=Path,
-        default=PROJECT_ROOT / "docs",
-        help="where docs/lifecycle.md (the generated tables) goes",
-    )
-    diagrams.add_argument(
-        "--readme",
-        type=Path,
-        default=PROJECT_ROOT / "README.md",
-        help="the README whose lifecycle diagram (between its markers) is generated",
-    )
-    command("lifecycle", _lifecycle, "print the job state machine: edges, actors, reasons")
+    command("lifecycle", _lifecycle, "print the lifecycle: edges, reactions, stored forms")
     archives = command(
         "archives", _archives, "list archive storage entries that have no archive record"
     )
@@ -412,6 +400,25 @@ def _print_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         print(f"  {cells}  {last[0]}")
         for line in last[1:]:
             print(" " * (indent + 2) + line)
+
+
+def _add_diagram_arguments(diagrams: argparse.ArgumentParser) -> None:
+    diagrams.add_argument(
+        "--check", action="store_true", help="fail if the committed diagrams are out of date"
+    )
+    diagrams.add_argument("--output", type=Path, default=PROJECT_ROOT / "diagrams")
+    diagrams.add_argument(
+        "--docs",
+        type=Path,
+        default=PROJECT_ROOT / "docs",
+        help="where docs/lifecycle.md (the generated tables) goes",
+    )
+    diagrams.add_argument(
+        "--readme",
+        type=Path,
+        default=PROJECT_ROOT / "README.md",
+        help="the README whose lifecycle diagram (between its markers) is generated",
+    )
 
 
 def _diagrams(args: argparse.Namespace) -> int:
