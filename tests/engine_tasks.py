@@ -38,6 +38,8 @@ def join(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
 
 
 def sleep(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    """A task that runs for its input's seconds: a slow task is the subject (hard timeouts, a
+    running instance when a test needs one); to act while it runs, use ``wait_for_release``."""
     _record(ctx, event="start")
     time.sleep(float(inputs[0].decode()))
     _record(ctx, event="done")
