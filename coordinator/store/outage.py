@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from sqlalchemy.exc import DBAPIError
 
@@ -72,32 +72,25 @@ DATABASE_LINES = OutageLines(
 """The service loop's lines: ``the database is unavailable (...)``, summaries, the end."""
 
 
+@dataclass(eq=False)
 class Outage:
     """Tracks failures of one dependency (``what``: "the database") and logs them sparingly.
 
     Safe to share between threads: their failures count together, the outage starts at the first
-    of them and ends at the first success.
+    of them and ends at the first success. The pause after the n-th failure in a row is
+    ``backoff(n, first_pause, max_pause)``.
     """
 
-    def __init__(
-        self,
-        what: str,
-        log: logging.Logger,
-        *,
-        lines: OutageLines = DATABASE_LINES,
-        clock: Callable[[], float] = time.monotonic,
-        first_pause: float = 1.0,
-        max_pause: float = 30.0,
-    ) -> None:
-        self.what = what
-        self.log = log
-        self.lines = lines
-        self.clock = clock
-        self.first_pause = first_pause
-        self.max_pause = max_pause
-        self.failures = 0
-        self.started_at = 0.0
-        self._lock = threading.Lock()
+    what: str
+    log: logging.Logger
+    _: KW_ONLY
+    lines: OutageLines = DATABASE_LINES
+    clock: Callable[[], float] = time.monotonic
+    first_pause: float = 1.0
+    max_pause: float = 30.0
+    failures: int = field(default=0, init=False)
+    started_at: float = field(default=0.0, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def failed(self, error: BaseException, **fields: object) -> float:
         """Record a failed attempt (``fields``: more for the lines); the pause before the next."""
