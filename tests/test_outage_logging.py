@@ -6,7 +6,9 @@ database was down.
 
 from __future__ import annotations
 
+import io
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import cast
@@ -22,6 +24,7 @@ from coordinator.runtime import archive_output_of
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.driven import DrivenJob
 from coordinator.service.ingest import put_files, submit_job
+from coordinator.service.logs import LostPooledConnections
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
@@ -155,3 +158,46 @@ def test_a_clean_up_that_meets_an_outage_fails_the_tick_without_a_traceback(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert all(record.exc_info is None for record in caplog.records)
     engine.dispose()
+
+
+def _pool_record(error: BaseException) -> logging.LogRecord:
+    try:
+        raise error
+    except BaseException:
+        exc_info = sys.exc_info()
+    return logging.LogRecord(
+        "sqlalchemy.pool.impl.QueuePool",
+        logging.ERROR,
+        __file__,
+        1,
+        "Exception during reset or similar",
+        None,
+        exc_info,
+    )
+
+
+def test_a_pooled_connection_lost_in_an_outage_is_one_warning_line_without_traceback() -> None:
+    """SQLAlchemy's pool logs an ERROR with a traceback when its rollback of a connection the
+    database dropped fails; seen in CI when MariaDB stopped while a transaction was open."""
+    lost = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+    record = _pool_record(lost)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(LostPooledConnections())
+    handler.handle(record)
+    assert record.levelname == "WARNING" and record.exc_info is None
+    assert stream.getvalue() == (
+        "discarded a pooled database connection: "
+        "(2013, 'Lost connection to MySQL server during query')\n"
+    )
+
+
+def test_other_pool_errors_keep_their_level_and_traceback() -> None:
+    denied = pymysql.err.OperationalError(1142, "UPDATE command denied to user")
+    record = _pool_record(denied)
+    LostPooledConnections().filter(record)
+    assert record.levelno == logging.ERROR and record.exc_info is not None
+    elsewhere = _pool_record(pymysql.err.OperationalError(2013, "Lost connection"))
+    elsewhere.name = "coordinator.service.coordinator"
+    LostPooledConnections().filter(elsewhere)
+    assert elsewhere.levelno == logging.ERROR and elsewhere.exc_info is not None

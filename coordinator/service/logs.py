@@ -8,6 +8,9 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from coordinator.store.database import is_transient_driver_error
+from coordinator.store.outage import describe_error
+
 LogFormat = Literal["text", "json"]
 JOB_FIELDS = ("job_id", "spider_id")
 
@@ -47,10 +50,33 @@ class Text(logging.Formatter):
         return super().format(record)
 
 
+class LostPooledConnections(logging.Filter):
+    """SQLAlchemy's pool logs an ERROR with a traceback when it cannot roll back a connection it
+    takes back after the database dropped it (an outage begins while a transaction is open). The
+    connection is discarded either way and whoever met the outage logs it once, so such a record
+    becomes one WARNING line without the traceback; any other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if (
+            record.name.startswith("sqlalchemy.pool")
+            and error is not None
+            and is_transient_driver_error(error)
+        ):
+            record.msg, record.args = (
+                "discarded a pooled database connection: %s",
+                (describe_error(error),),
+            )
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def configure(log_format: LogFormat = "text", level: int = logging.INFO) -> None:
     """Send the coordinator's logs to stderr in ``log_format``."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines() if log_format == "json" else Text())
+    handler.addFilter(LostPooledConnections())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

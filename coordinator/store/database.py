@@ -11,7 +11,6 @@ from sqlalchemy.exc import (
     DBAPIError,
     DisconnectionError,
     InterfaceError,
-    OperationalError,
     SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -100,12 +99,19 @@ def is_transient(error: SQLAlchemyError) -> bool:
     if isinstance(error, DisconnectionError | PoolTimeout | InterfaceError):
         return True
     if isinstance(error, DBAPIError):
-        if error.connection_invalidated:
-            return True
-        code = error.orig.args[0] if error.orig is not None and error.orig.args else None
-        if isinstance(code, int):
-            return code in _TRANSIENT_MYSQL_ERRORS
-        if isinstance(error, OperationalError):
-            text = str(error.orig).lower()
-            return any(word in text for word in _TRANSIENT_SQLITE_WORDS)
+        return error.connection_invalidated or (
+            error.orig is not None and is_transient_driver_error(error.orig)
+        )
+    return False
+
+
+def is_transient_driver_error(error: BaseException) -> bool:
+    """``is_transient`` for an error as the driver raised it, before SQLAlchemy wraps it (what
+    SQLAlchemy's pool logs when it cannot roll back a connection the database dropped)."""
+    code = error.args[0] if error.args else None
+    if isinstance(code, int):
+        return code in _TRANSIENT_MYSQL_ERRORS
+    if isinstance(error, sqlite3.OperationalError):
+        text = str(error).lower()
+        return any(word in text for word in _TRANSIENT_SQLITE_WORDS)
     return False
