@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from coordinator.lifecycle import Actor, JobStatus
+from coordinator.store.clock import utc_now
 from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore
+from coordinator.store.stored_archives import StoredArchiveRecord
 
 SPIDER_ID = 4242
 
@@ -53,3 +55,27 @@ def new_job_in(store: JobStore, status: JobStatus) -> int:
         result = store.transition(request(job_id, trigger, source, target, actor))
         assert isinstance(result, Applied), result
     return job_id
+
+
+def stored_record(
+    dataset: str,
+    archive_id: str,
+    job_id: int | None,
+    *,
+    task_id: str = "0",
+    instance_id: int = 1,
+    location: str | None = None,
+    size: int = 1,
+) -> StoredArchiveRecord:
+    """A record as a compress instance of Spider job ``SPIDER_ID`` writes it."""
+    return StoredArchiveRecord(
+        spider_job_id=SPIDER_ID,
+        task_id=task_id,
+        instance_id=instance_id,
+        dataset=dataset,
+        archive_id=archive_id,
+        location=location if location is not None else f"/archives/{dataset}/{archive_id}",
+        size=size,
+        stored_at=utc_now(),
+        job_id=job_id,
+    )

@@ -45,7 +45,7 @@ from coordinator.store.stored_archives import (
     tasks_with_stored_archives,
 )
 from coordinator.task_io import CompressionTaskOutput
-from tests.paths import SPIDER_ID, new_job_in, request
+from tests.paths import SPIDER_ID, new_job_in, request, stored_record
 from tests.s3_server import s3_client, s3_endpoint
 from tests.sample_logs import write_json_logs
 from tests.test_compress_task import INPUT_CREDENTIALS, new_bucket, settings_for, task_inputs
@@ -392,19 +392,9 @@ def test_the_tasks_with_stored_archives_are_counted_per_job(store: JobStore) -> 
     with store.engine.begin() as connection:
         assert tasks_with_stored_archives(connection, job_id) == 0
         for owner, task_id, instance_id, archive_id in recorded:
-            begin_storing(
-                connection,
-                StoredArchiveRecord(
-                    spider_job_id=SPIDER_ID,
-                    task_id=task_id,
-                    instance_id=instance_id,
-                    dataset=DATASET,
-                    archive_id=archive_id,
-                    location=f"/archives/{DATASET}/{archive_id}",
-                    size=1,
-                    stored_at=utc_now(),
-                    job_id=owner,
-                ),
+            record = stored_record(
+                DATASET, archive_id, owner, task_id=task_id, instance_id=instance_id
             )
+            begin_storing(connection, record)
         assert tasks_with_stored_archives(connection, job_id) == 2
         assert tasks_with_stored_archives(connection, other) == 1

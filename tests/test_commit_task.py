@@ -13,17 +13,15 @@ from coordinator.engine.tasks.commit import commit
 from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.store.archives import withdraw_archives
-from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table, ensure_dataset_tables
 from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.schema import Dataset
 from coordinator.store.stored_archives import (
-    StoredArchiveRecord,
     record_stored_archive,
     stored_archives_of_job,
 )
 from coordinator.task_io import ArchiveMetadata, CompressionTaskOutput
-from tests.paths import SPIDER_ID, new_job_in
+from tests.paths import SPIDER_ID, new_job_in, stored_record
 
 
 def _context(
@@ -203,20 +201,7 @@ def _record_stored(engine: Engine, archives: list[tuple[str, str]], job_id: int 
     """Records as the compress task writes them: ``(dataset, archive id)`` of SPIDER_ID."""
     with engine.begin() as connection:
         for dataset, archive_id in archives:
-            record_stored_archive(
-                connection,
-                StoredArchiveRecord(
-                    spider_job_id=SPIDER_ID,
-                    task_id="0",
-                    instance_id=1,
-                    dataset=dataset,
-                    archive_id=archive_id,
-                    location=f"/archives/{dataset}/{archive_id}",
-                    size=1,
-                    stored_at=utc_now(),
-                    job_id=job_id,
-                ),
-            )
+            record_stored_archive(connection, stored_record(dataset, archive_id, job_id))
 
 
 STORED = [("web", "a0"), ("web", "a1"), ("web", "b0")]

@@ -19,12 +19,11 @@ from coordinator.store.clock import utc_now
 from coordinator.store.guarded import Applied
 from coordinator.store.jobs import JobStore
 from coordinator.store.stored_archives import (
-    StoredArchiveRecord,
     record_stored_archive,
     stored_archives,
 )
 from coordinator.task_io import ArchiveMetadata
-from tests.paths import SPIDER_ID, new_job_in, request
+from tests.paths import SPIDER_ID, new_job_in, request, stored_record
 
 
 def _store(engine: Engine, directory: Path, job_id: int | None, archive_id: str) -> Path:
@@ -34,18 +33,7 @@ def _store(engine: Engine, directory: Path, job_id: int | None, archive_id: str)
     path.write_bytes(b"archive")
     with engine.begin() as connection:
         record_stored_archive(
-            connection,
-            StoredArchiveRecord(
-                spider_job_id=SPIDER_ID,
-                task_id="0",
-                instance_id=1,
-                dataset="web",
-                archive_id=archive_id,
-                location=str(path),
-                size=7,
-                stored_at=utc_now(),
-                job_id=job_id,
-            ),
+            connection, stored_record("web", archive_id, job_id, location=str(path), size=7)
         )
     return path
 
