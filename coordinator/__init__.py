@@ -30,4 +30,12 @@ What the coordinator relies on from CLP and Spider, and the hazards cited as H1â
 ``docs/`` (``clp.md``, ``spider.md``, ``hazards.md``).
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+DISTRIBUTION = "clp-compression-coordinator"
+
+try:
+    __version__ = version(DISTRIBUTION)
+except PackageNotFoundError:  # a source tree on sys.path without installing it
+    __version__ = "0+unknown"
+"""The installed distribution's version: ``pyproject.toml`` is its one source."""

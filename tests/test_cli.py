@@ -166,3 +166,31 @@ def test_the_console_script_runs_as_a_module(tmp_path: Path) -> None:
     assert "finalised    Committed (5)  Succeeded (2)" in completed.stdout
     assert "Committed  1 or 5  set" in completed.stdout  # how it is stored
     assert re.search(r"\n  Failed +Committed +rolled_back → Failed \(withdraws\)", completed.stdout)
+
+
+def test_the_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    """One source of the version: pyproject.toml, read back from the package metadata."""
+    import tomllib
+    from importlib.metadata import version
+
+    from coordinator import DISTRIBUTION
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert version(DISTRIBUTION) == project["project"]["version"]
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"coordinator {project['project']['version']}\n"
+
+
+def test_the_package_is_typed_and_licensed_as_its_metadata_says() -> None:
+    import tomllib
+
+    root = Path(__file__).parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    assert (root / "coordinator" / "py.typed").exists()
+    assert project["tool"]["setuptools"]["package-data"]["coordinator"] == ["py.typed"]
+    assert project["project"]["license"] == "Apache-2.0"
+    assert (
+        "Apache License\n                           Version 2.0" in (root / "LICENSE").read_text()
+    )

@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
+import coordinator
 from coordinator.cli import jobs as job_commands
 from coordinator.cli.demo import run_demo
 from coordinator.config.loader import ConfigError, CoordinatorConfig, database_url, load_config
@@ -122,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser = argparse.ArgumentParser(
         prog="coordinator", description="The CLP compression coordinator."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {coordinator.__version__}"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
