@@ -88,13 +88,13 @@ def _explain(error: Exception) -> tuple[int, str] | None:
         case NoSuchJob() | IngestError() | InvalidDatasetName() | DowngradeRefused():
             explained = 1, str(error)
         case ArgumentError():  # an unparsable URL or an unknown dialect
-            explained = 2, f"cannot use the database URL: {_first_line(error)}"
+            explained = 2, f"cannot use the database URL: {describe_error(error)}"
         case ImportError():
             explained = (
                 2,
                 (
                     f"cannot use the database URL: its driver is not installed "
-                    f"({_first_line(error)}); use mysql+pymysql://… or sqlite:///…"
+                    f"({describe_error(error)}); use mysql+pymysql://… or sqlite:///…"
                 ),
             )
         case DBAPIError():
@@ -105,10 +105,6 @@ def _explain(error: Exception) -> tuple[int, str] | None:
         case _:
             return None
     return explained
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -173,8 +173,4 @@ def _move(reaction: Reaction) -> str:
 
 
 def _message(reaction: Reaction) -> str:
-    return (
-        reaction.message.replace("{spider_id}", "<Spider job id>")
-        .replace("{error}", "<error>")
-        .replace("{attempts}", "<attempts>")
-    )
+    return reaction.status_msg(spider_id="<Spider job id>", error="<error>", attempts="<attempts>")
