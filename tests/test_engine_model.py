@@ -57,7 +57,6 @@ from typing import Any, cast
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import event as statistic
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -101,11 +100,13 @@ from coordinator.store.schema import CoordinatorInstance, EngineJob
 from coordinator.task_io import CompressionTaskOutput
 from tests.test_lifecycle_model import (
     DATASET,
+    LONG_PROFILE,
     DatabaseOutage,
     ModelClock,
     OperatorRules,
     PublicationInvariants,
     _template_database,
+    model_settings,
     store_archive,
 )
 
@@ -113,21 +114,6 @@ MAX_JOBS = 4
 NAMES = ("a", "b")
 STALE_AFTER_SECS = 10 * 24 * 3600.0
 """The replicas' presence rows never expire during a program (no heartbeat thread runs)."""
-
-settings.register_profile(
-    "engine-ci",
-    max_examples=int(os.environ.get("COORDINATOR_MODEL_EXAMPLES", "20")),
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-settings.register_profile(
-    "engine-long",
-    max_examples=1000,
-    stateful_step_count=45,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
 
 _engine_jobs = cast(Table, EngineJob.__table__)
 _instances = cast(Table, CoordinatorInstance.__table__)
@@ -664,10 +650,9 @@ class EngineModel(PublicationInvariants, OperatorRules, RuleBasedStateMachine):
         assert not set(states) & _UNFINISHED, f"engine jobs after a restart: {dict(states)}"
 
 
-LONG = os.environ.get("COORDINATOR_MODEL_PROFILE") == "long"
-EngineModel.TestCase.settings = settings.get_profile("engine-long" if LONG else "engine-ci")
+EngineModel.TestCase.settings = model_settings(ci_examples=20, ci_steps=40, long_steps=45)
 TestEngineModel = pytest.mark.slow(EngineModel.TestCase)
-pytestmark = [pytest.mark.timeout(0)] if LONG else []
+pytestmark = [pytest.mark.timeout(0)] if LONG_PROFILE else []
 """The long profile runs for longer than the suite's per-test timeout (all programs are one test;
 a timeout in the middle of one would look like a flaky failure)."""
 

@@ -77,20 +77,21 @@ from coordinator.task_io import ArchiveMetadata
 DATASET = "web"
 MAX_JOBS = 5
 
-settings.register_profile(
-    "ci",
-    max_examples=int(os.environ.get("COORDINATOR_MODEL_EXAMPLES", "30")),
-    stateful_step_count=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-settings.register_profile(
-    "long",
-    max_examples=1000,
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+LONG_PROFILE = os.environ.get("COORDINATOR_MODEL_PROFILE", "ci") == "long"
+"""``COORDINATOR_MODEL_PROFILE=long``: 1,000 programs per model instead of CI's few."""
+
+
+def model_settings(*, ci_examples: int, ci_steps: int, long_steps: int) -> settings:
+    """A stateful model's Hypothesis settings for the profile in use (CI's examples can be set
+    with ``$COORDINATOR_MODEL_EXAMPLES``)."""
+    examples = int(os.environ.get("COORDINATOR_MODEL_EXAMPLES", str(ci_examples)))
+    return settings(
+        max_examples=1000 if LONG_PROFILE else examples,
+        stateful_step_count=long_steps if LONG_PROFILE else ci_steps,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
 
 _jobs = cast(Table, CompressionJob.__table__)
 _history = cast(Table, JobTransition.__table__)
@@ -688,9 +689,8 @@ class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachi
         self.check_archive_files_are_published()
 
 
-PROFILE = os.environ.get("COORDINATOR_MODEL_PROFILE", "ci")
-CoordinatorModel.TestCase.settings = settings.get_profile(PROFILE)
+CoordinatorModel.TestCase.settings = model_settings(ci_examples=30, ci_steps=25, long_steps=40)
 TestCoordinatorModel = pytest.mark.slow(CoordinatorModel.TestCase)
-pytestmark = [pytest.mark.timeout(0)] if PROFILE == "long" else []
+pytestmark = [pytest.mark.timeout(0)] if LONG_PROFILE else []
 """The long profile runs for longer than the suite's per-test timeout (all programs are one test;
 a timeout in the middle of one would look like a flaky failure)."""
