@@ -57,7 +57,12 @@ from coordinator.service.coordinator import Coordinator, default_instance_id
 from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.spider.port import SpiderPort
 from coordinator.store import migrate
-from coordinator.store.database import create_database_engine
+from coordinator.store.database import (
+    NoDatabase,
+    create_database_engine,
+    create_sqlite_directory,
+    sqlite_file,
+)
 from coordinator.store.instances import COORDINATOR, InstanceInUse, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CompressionJob
@@ -212,18 +217,55 @@ class Runtime:
 
 
 def open_engine(config: CoordinatorConfig) -> Engine:
-    """The database, migrated on the embedded default; elsewhere it must already be current.
+    """The database for a command that writes jobs (``run``, ``submit``, ``cancel``, ``demo``,
+    ``spider serve``).
 
-    Raises ``SchemaNotCurrent`` for a production database that needs ``alembic upgrade head``.
+    The schema rule, one for every footing: **a SQLite database is the coordinator's own** (the
+    embedded default, or a configuration file without a ``database`` section): it is created and
+    migrated here. **A MariaDB/MySQL database is CLP's**, shared with CLP's components: only an
+    explicit ``coordinator db upgrade`` (the deployment's init step) changes its schema, and this
+    refuses one that is not current.
+
+    Fails with ``SchemaNotCurrent`` for such a database, ``OSError`` when the SQLite file's
+    directory cannot be created, and the driver's errors.
     """
-    settings = config.compression_coordinator
+    url = database_url(config)
+    path = create_sqlite_directory(url)
     engine = create_database_engine(
-        database_url(config), pool_size=settings.database_connection_pool_size
+        url, pool_size=config.compression_coordinator.database_connection_pool_size
     )
-    if config.source is None:
-        migrate.upgrade(engine)
-    else:
-        migrate.require_current_schema(engine)
+    try:
+        if path is not None:
+            migrate.upgrade(engine)
+        else:
+            migrate.require_current_schema(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def open_existing_engine(config: CoordinatorConfig, *, require_current: bool = True) -> Engine:
+    """The database for a command that only reads (``jobs``, ``show``, ``health``, ``archives``,
+    ``db current``): never created nor migrated.
+
+    Fails with ``NoDatabase`` when a SQLite file does not exist (a mistyped ``--data-dir``),
+    ``SchemaNotCurrent`` when ``require_current`` and the schema is not at the head, and the
+    driver's errors.
+    """
+    url = database_url(config)
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        raise NoDatabase(path)
+    engine = create_database_engine(
+        url, pool_size=config.compression_coordinator.database_connection_pool_size
+    )
+    try:
+        if require_current:
+            migrate.require_current_schema(engine)
+    except BaseException:
+        engine.dispose()
+        raise
     return engine
 
 

@@ -1,17 +1,24 @@
 """Alembic environment: runs the coordinator's migrations online.
 
-The connection is, in order: one handed over by ``coordinator.store.migrate`` (tests, the CLI), or
-an engine for ``$COORDINATOR_DATABASE_URL``, or the embedded SQLite database of the data directory.
+The connection is one handed over by ``coordinator.store.migrate`` (tests, the CLI), else the
+database the coordinator itself would use (``coordinator.config.loader.database_url``, the one
+resolver): CLP's configuration from ``alembic -x config=/etc/clp-config.yaml upgrade head`` or
+``$COORDINATOR_CONFIG`` (its ``database`` section with ``CLP_DB_USER``/``CLP_DB_PASS``), else
+``$COORDINATOR_DATABASE_URL``, else the embedded SQLite database of ``$COORDINATOR_HOME``.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from alembic import context
 from alembic.runtime.migration import RevisionStep
 from sqlalchemy import Connection
 
-from coordinator.config.locations import resolve_database_url
-from coordinator.store.database import create_database_engine
+from coordinator.config.loader import database_url, load_config
+from coordinator.config.locations import CONFIG_ENV
+from coordinator.store.database import create_database_engine, create_sqlite_directory
 from coordinator.store.downgrade import refuse_unless_clp_can_read
 from coordinator.store.migrate import migration_connection
 from coordinator.store.schema import Base
@@ -50,7 +57,12 @@ def run_migrations_online() -> None:
     if handed_over is not None:
         _run(handed_over)
         return
-    engine = create_database_engine(resolve_database_url())
+    config_file = context.get_x_argument(as_dictionary=True).get("config") or os.environ.get(
+        CONFIG_ENV
+    )
+    url = database_url(load_config(Path(config_file) if config_file else None))
+    create_sqlite_directory(url)
+    engine = create_database_engine(url)
     try:
         with migration_connection(engine) as connection:
             _run(connection)

@@ -117,6 +117,10 @@ def test_cancel_kills_a_pending_job_nobody_holds(
 def test_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = ["--data-dir", str(tmp_path / "var")]
     assert main(["cancel", "99", *data]) == 1
+    assert "no database at" in capsys.readouterr().err
+    assert not (tmp_path / "var").exists()  # cancelling never creates a database
+    assert main(["db", "upgrade", *data]) == 0
+    assert main(["cancel", "99", *data]) == 1
     assert "no compression job 99" in capsys.readouterr().err
     assert main(["submit", "--prefix", "nothing/", *data]) == 1
     assert "no objects under logs/nothing/" in capsys.readouterr().err
@@ -140,6 +144,9 @@ def test_db_commands_move_between_revisions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data_dir = ["--data-dir", str(tmp_path)]
+    assert main(["db", "current", *data_dir]) == 1
+    assert "no database at" in capsys.readouterr().err
+    (tmp_path / "coordinator.db").touch()  # an empty SQLite database
     assert main(["db", "current", *data_dir]) == 0
     assert "base" in capsys.readouterr().out
     assert main(["db", "upgrade", *data_dir]) == 0

@@ -15,14 +15,18 @@ from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 
 
 def _run(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, url: str | None, *args: str
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    url: str | None,
+    *args: str,
+    command: str = "jobs",
 ) -> tuple[int, str]:
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     if url is None:
         monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
     else:
         monkeypatch.setenv(DATABASE_URL_ENV, url)
-    code = main(["jobs", *args])
+    code = main([command, *args])
     return code, capsys.readouterr().err
 
 
@@ -47,7 +51,7 @@ def _run(
         (
             "sqlite:////nonexistent/directory/coordinator.db",
             1,
-            "coordinator: cannot use the database: unable to open database file",
+            "coordinator: no database at /nonexistent/directory/coordinator.db: check --data-dir",
         ),
     ],
 )
@@ -68,8 +72,14 @@ def test_a_bad_database_url_is_one_line(
 def test_a_data_directory_below_a_file_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: object
 ) -> None:
-    exit_code, err = _run(capsys, monkeypatch, None, "--data-dir", "/etc/hostname/var")
+    # A command that writes tries to create the directory; one that reads finds no database.
+    exit_code, err = _run(
+        capsys, monkeypatch, None, "--data-dir", "/etc/hostname/var", command="submit"
+    )
     assert (exit_code, err) == (1, "coordinator: cannot use /etc/hostname/var: Not a directory\n")
+    exit_code, err = _run(capsys, monkeypatch, None, "--data-dir", "/etc/hostname/var")
+    assert exit_code == 1
+    assert err.startswith("coordinator: no database at /etc/hostname/var/coordinator.db")
 
 
 @pytest.mark.parametrize(

@@ -159,7 +159,22 @@ def test_compression_coordinator_defaults_are_clps() -> None:
         "termination_timeout_secs": 30,
         "commit_task_soft_timeout_secs": 45,
         "commit_task_hard_timeout_secs": 60,
+        "logging_level": None,  # not CLP's field; honoured when written (coordinator.cli.options)
     }
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [("INFO", "info"), ("warn", "warn"), ("Debug", "debug"), (" ERROR ", "error")],
+)
+def test_logging_level_takes_pythons_and_rust_logs_names(written: str, read: str) -> None:
+    assert CompressionCoordinator(logging_level=written).logging_level == read
+
+
+def test_an_unknown_logging_level_is_one_problem(tmp_path: Path) -> None:
+    path = config_file(tmp_path, "compression_coordinator:\n  logging_level: loud\n")
+    (problem,) = problems_of(path)
+    assert problem.startswith("compression_coordinator.logging_level: unknown log level 'loud'")
 
 
 def test_archive_output_defaults_are_clps() -> None:
@@ -240,7 +255,8 @@ def test_the_data_dir_argument_beats_coordinator_home(
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "home"))
     config = load_config(None, data_dir=tmp_path / "cli")
     assert_embedded_under(config, tmp_path.resolve() / "cli")
-    assert (tmp_path / "cli").is_dir()  # created by database_url, for SQLite
+    # Resolving creates nothing: only a command that writes creates the SQLite file's directory.
+    assert not (tmp_path / "cli").exists()
     assert not (tmp_path / "home").exists()
 
 
@@ -401,7 +417,8 @@ def test_the_coordinator_section(tmp_path: Path) -> None:
     assert problems_of(config_file(tmp_path, "coordinator: {engin: spider}")) == [
         "coordinator.engin: unknown key; the section takes engine, embedded_workers, "
         "embedded_unrecorded_grace_secs, data_dir, object_store_directory, log_format, "
-        "instance_id, committed_status, cleanup_task, max_job_attempts, legacy_scheduler"
+        "instance_id, committed_status, cleanup_task, max_job_attempts, legacy_scheduler, "
+        "metrics_port, metrics_host"
     ]
     assert problems_of(config_file(tmp_path, "coordinator: {log_format: xml}")) == [
         "coordinator.log_format: Input should be 'text' or 'json'"

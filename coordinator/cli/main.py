@@ -1,12 +1,10 @@
-"""The ``coordinator`` command line.
+"""The ``coordinator`` command line: one parser, one error boundary, the commands' handlers.
 
-Every command takes ``--config FILE`` (CLP's ``clp-config.yaml``; without it, the embedded default)
-and ``--data-dir DIR`` (default ``$COORDINATOR_HOME``, else ``./var``): the directory of the
-embedded default's database, object store and archives. ``$COORDINATOR_DATABASE_URL`` points any
-command at another database.
-
-Exit status: 0 on success, 1 when the work failed (a job did not succeed, a check found a
-difference), 2 for a configuration or usage error.
+Global options (``coordinator.cli.options``) work before or after the command. Exit status
+(``EXIT_CODES``): 0 success; 1 the command ran and failed (a job or a check did not succeed, the
+database is unreachable or its schema not current, a job or file does not exist); 2 usage (bad
+arguments, an invalid configuration, an unusable database URL). Every failure an operator can cause
+is one line on stderr naming the cause and the fix; a traceback only with ``--log-level debug``.
 """
 
 from __future__ import annotations
@@ -18,13 +16,13 @@ import logging
 import os
 import signal
 import sys
-import textwrap
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -32,15 +30,24 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 import coordinator
 from coordinator.cli import jobs as job_commands
 from coordinator.cli.demo import run_demo
+from coordinator.cli.lifecycle import print_lifecycle
+from coordinator.cli.options import (
+    UsageError,
+    add_global_options,
+    config_path,
+    debugging,
+    log_level,
+    refuse_unused_options,
+)
 from coordinator.config.loader import ConfigError, CoordinatorConfig, database_url, load_config
-from coordinator.config.locations import PROJECT_ROOT
+from coordinator.config.locations import DATABASE_URL_ENV, PROJECT_ROOT
 from coordinator.engine.grpc_server import SpiderServer, run_server
 from coordinator.lifecycle import diagrams as lifecycle_diagrams
-from coordinator.lifecycle import tables as lifecycle_tables
 from coordinator.runtime import (
     archive_output_of,
     embedded_spider,
     open_engine,
+    open_existing_engine,
     open_runtime,
 )
 from coordinator.service import logs
@@ -55,7 +62,7 @@ from coordinator.service.ingest import (
 )
 from coordinator.service.operator_cancel import request_cancel
 from coordinator.store import migrate
-from coordinator.store.database import create_database_engine
+from coordinator.store.database import NoDatabase, create_database_engine, create_sqlite_directory
 from coordinator.store.downgrade import DowngradeRefused
 from coordinator.store.jobs import JobStore, NoSuchJob
 from coordinator.store.names import InvalidDatasetName
@@ -64,135 +71,343 @@ from coordinator.store.outage import describe_error
 Handler = Callable[[argparse.Namespace], int]
 _log = logging.getLogger("coordinator")
 
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_FAILURE: (
+        "the command ran and failed: a job or a check did not succeed, the database is "
+        "unreachable or its schema not current, a job or file does not exist"
+    ),
+    EXIT_USAGE: "usage: bad arguments, an invalid configuration, an unusable database URL",
+}
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command named in ``argv``; the process exit code."""
-    args = build_parser().parse_args(argv)
-    handler: Handler = args.handler
+    """Run the command named in ``argv``; the process exit code (``EXIT_CODES``)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command: Command = args.command
+    refuse_unused_options(parser, args, uses_database=command.uses_database)
     try:
-        return handler(args)
+        return command.handler(args)
+    except KeyboardInterrupt:
+        return 130
     except Exception as error:
-        explained = _explain(error)
-        if explained is None:
-            raise
-        code, message = explained
+        code, message = _explain(error)
+        if debugging(args):
+            traceback.print_exc()
         print(f"coordinator: {message}", file=sys.stderr)
         return code
 
 
-def _explain(error: Exception) -> tuple[int, str] | None:
-    """The exit code and one line for a failure an operator can cause; ``None`` for a bug."""
+def _explain(error: Exception) -> tuple[int, str]:
+    """The exit code and one line for any failure; a bug says it is one."""
     match error:
-        case ConfigError() | migrate.SchemaNotCurrent():
-            return 2, str(error)
-        case NoSuchJob() | IngestError() | InvalidDatasetName() | DowngradeRefused():
-            explained = 1, str(error)
+        case ConfigError() | UsageError() | job_commands.InvalidFilter():
+            explained = EXIT_USAGE, str(error)
+        case (
+            migrate.SchemaNotCurrent()
+            | NoDatabase()
+            | NoSuchJob()
+            | IngestError()
+            | InvalidDatasetName()
+            | DowngradeRefused()
+        ):
+            explained = EXIT_FAILURE, str(error)
         case ArgumentError():  # an unparsable URL or an unknown dialect
-            explained = 2, f"cannot use the database URL: {describe_error(error)}"
+            explained = EXIT_USAGE, f"cannot use the database URL: {describe_error(error)}"
         case ImportError():
             explained = (
-                2,
-                (
-                    f"cannot use the database URL: its driver is not installed "
-                    f"({describe_error(error)}); use mysql+pymysql://… or sqlite:///…"
-                ),
+                EXIT_USAGE,
+                f"cannot use the database URL: its driver is not installed "
+                f"({describe_error(error)}); use mysql+pymysql://… or sqlite:///…",
             )
         case DBAPIError():
-            explained = 1, f"cannot use the database: {describe_error(error)}"
+            explained = EXIT_FAILURE, f"cannot use the database: {describe_error(error)}"
         case OSError():
             where = f" {error.filename}" if error.filename else ""
-            explained = 1, f"cannot use{where}: {error.strerror or error}"
+            explained = EXIT_FAILURE, f"cannot use{where}: {error.strerror or error}"
         case _:
-            return None
+            explained = (
+                EXIT_FAILURE,
+                f"internal error: {type(error).__name__}: {describe_error(error)} (a bug: run "
+                "again with --log-level debug for the traceback, and report it)",
+            )
     return explained
+
+
+# --- the parser -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command: what runs it and whether it opens the database (takes --config/--data-dir)."""
+
+    name: str
+    handler: Handler
+    uses_database: bool
+
+
+def _env(name: str) -> str:
+    return f"env: ${name}"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, default=None, help="CLP's clp-config.yaml")
-    common.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help="the embedded default's data directory (default: $COORDINATOR_HOME, else ./var)",
-    )
     parser = argparse.ArgumentParser(
-        prog="coordinator", description="The CLP compression coordinator."
+        prog="coordinator",
+        description=(
+            "The CLP compression coordinator: runs CLP compression jobs on Spider through a "
+            "persisted state machine. Without --config, the embedded default (SQLite, an "
+            "embedded Spider engine, a local object store) under --data-dir."
+        ),
+        epilog="exit status: "
+        + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()),
     )
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {coordinator.__version__}"
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_global_options(parser, top=True, uses_database=True)
+    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
 
-    def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[common], help=help_text)
-        sub.set_defaults(handler=handler)
+    def command(
+        name: str,
+        handler: Handler,
+        summary: str,
+        description: str,
+        *,
+        uses_database: bool = True,
+        within: argparse._SubParsersAction[argparse.ArgumentParser] = commands,
+    ) -> argparse.ArgumentParser:
+        sub = within.add_parser(name, help=summary, description=description)
+        add_global_options(sub, top=False, uses_database=uses_database)
+        sub.set_defaults(command=Command(name, handler, uses_database))
         return sub
 
-    run = command("run", _run, "run the coordinator service")
-    run.add_argument(
-        "--until-idle", action="store_true", help="exit once no claimable or in-flight job is left"
+    run = command(
+        "run",
+        _run,
+        "run the coordinator service",
+        "Run the service: claim Pending jobs, submit them to Spider, react to Spider's "
+        "outcomes; resumes every unfinished job. Stops on SIGTERM/SIGINT within "
+        "compression_coordinator.termination_timeout_secs. With CLP_LOGS_DIR set, also logs to "
+        "hourly files there.",
     )
-    command("demo", _demo, "run one whole job on the embedded default, from nothing")
-    submit = command("submit", _submit, "register objects and insert a compression job")
+    run.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="exit once no claimable or in-flight job is left (default: run until stopped)",
+    )
+    command(
+        "demo",
+        _demo,
+        "run one whole job on the embedded default, from nothing",
+        "Generate sample logs, submit them as one job, run it with the real clp-s and search "
+        "the archive: a whole job on the embedded default.",
+    )
+    submit = command(
+        "submit",
+        _submit,
+        "register objects and insert a compression job",
+        "Put files into the object store (the embedded default's local store) and insert a "
+        "Pending compression job for every object under s3://BUCKET/PREFIX; prints the job id.",
+    )
     submit.add_argument("paths", nargs="*", type=Path, help="files to put into the object store")
-    submit.add_argument("--bucket", default=DEFAULT_BUCKET)
-    submit.add_argument("--prefix", default=DEFAULT_PREFIX, help="key prefix (must not be empty)")
-    submit.add_argument("--dataset", default=None, help="dataset (default: default)")
-    submit.add_argument("--timestamp-key", default=None)
-    submit.add_argument("--endpoint-url", default=None, help="S3 endpoint (logs input of type s3)")
-    submit.add_argument("--region", default=None, help="S3 region code")
-    listing = command("jobs", _jobs, "list compression jobs")
-    listing.add_argument("--json", action="store_true")
-    show = command("show", _show, "show a job: status, history, archives")
-    show.add_argument("job", type=int)
-    show.add_argument("--json", action="store_true")
-    cancel = command("cancel", _cancel, "ask for a job to be cancelled")
-    cancel.add_argument("job", type=int)
+    submit.add_argument(
+        "--bucket", default=DEFAULT_BUCKET, help=f"the bucket (default: {DEFAULT_BUCKET})"
+    )
+    submit.add_argument(
+        "--prefix",
+        default=DEFAULT_PREFIX,
+        help=f"the key prefix, not empty (default: {DEFAULT_PREFIX})",
+    )
+    submit.add_argument("--dataset", default=None, help="the dataset (default: default)")
+    submit.add_argument(
+        "--timestamp-key",
+        default=None,
+        help="the key of the log events' timestamps (default: none)",
+    )
+    submit.add_argument(
+        "--endpoint-url",
+        default=None,
+        help="the S3 endpoint, for logs_input of type s3 (default: AWS's)",
+    )
+    submit.add_argument("--region", default=None, help="the S3 region code (default: the client's)")
+    listing = command(
+        "jobs",
+        _jobs,
+        "list compression jobs",
+        "List compression jobs, newest first. Reads only: never creates or migrates a database.",
+    )
+    listing.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        metavar="STATUS",
+        help=(
+            f"only jobs in these states ({', '.join(job_commands.STATUS_NAMES)}; any case; "
+            "repeatable or comma-separated) (default: all)"
+        ),
+    )
+    listing.add_argument("--dataset", default=None, help="only this dataset's jobs (default: all)")
+    listing.add_argument(
+        "--since",
+        default=None,
+        metavar="WHEN",
+        help="only jobs created since WHEN: an ISO 8601 date or time (UTC unless it says), or "
+        "an age such as 30m, 2h, 7d (default: any time)",
+    )
+    listing.add_argument(
+        "--limit",
+        default=str(job_commands.DEFAULT_LIMIT),
+        metavar="N",
+        help=f"at most N jobs, or `all` (default: {job_commands.DEFAULT_LIMIT})",
+    )
+    listing.add_argument(
+        "--json", action="store_true", help="print every row as a JSON list (default: a table)"
+    )
+    show = command(
+        "show",
+        _show,
+        "show a job: status, history, archives",
+        "Show one job: its status and message, its transition history and its archives. "
+        "Reads only.",
+    )
+    show.add_argument("job", type=int, help="the job's id")
+    show.add_argument("--json", action="store_true", help="print a JSON document (default: text)")
+    cancel = command(
+        "cancel",
+        _cancel,
+        "ask for a job to be cancelled",
+        "Ask for a job to be cancelled: a Pending job nobody holds ends Killed at once; "
+        "otherwise the coordinator driving it cancels it on Spider.",
+    )
+    cancel.add_argument("job", type=int, help="the job's id")
     _add_diagram_arguments(
         command(
-            "diagrams", _diagrams, "write the state diagrams, docs/lifecycle.md, README diagram"
+            "diagrams",
+            _diagrams,
+            "write the state diagrams, docs/lifecycle.md, README diagram",
+            "Generate the state diagrams (Mermaid, DOT, SVG when graphviz is installed) and "
+            "the lifecycle tables from the state machine's one definition; --check compares "
+            "instead of writing.",
+            uses_database=False,
         )
     )
-    command("lifecycle", _lifecycle, "print the lifecycle: edges, reactions, stored forms")
+    command(
+        "lifecycle",
+        _lifecycle,
+        "print the lifecycle: edges, reactions, stored forms",
+        "Print the job lifecycle: its edges, the reactions to Spider's outcomes, giving up, "
+        "and how each state is stored in compression_jobs.",
+        uses_database=False,
+    )
     archives = command(
-        "archives", _archives, "list archive storage entries that have no archive record"
+        "archives",
+        _archives,
+        "list archive storage entries that have no archive record",
+        "Reconcile the archive storage with the archive records; exit 1 when an entry has no "
+        "record. Reads only.",
     )
-    archives.add_argument("--json", action="store_true")
+    archives.add_argument(
+        "--json", action="store_true", help="print a JSON document (default: text)"
+    )
 
-    spider = commands.add_parser("spider", help="the embedded Spider engine")
+    spider = commands.add_parser(
+        "spider", help="the embedded Spider engine", description="The embedded Spider engine."
+    )
     spider_commands = spider.add_subparsers(dest="spider_command", required=True, metavar="ACTION")
-    serve = spider_commands.add_parser(
-        "serve", parents=[common], help="serve the embedded engine over Spider's gRPC protocol"
+    serve = command(
+        "serve",
+        _spider_serve,
+        "serve the embedded engine over Spider's gRPC protocol",
+        "Serve the embedded engine over Spider's storage gRPC protocol, so that a coordinator "
+        "configured with `coordinator.engine: spider` can use it.",
+        within=spider_commands,
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=50051, help="port (0: any free port)")
-    serve.set_defaults(handler=_spider_serve)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=50051, help="the port; 0: any free port (default: 50051)"
+    )
 
-    database = commands.add_parser("db", help="schema migrations (alembic)")
-    db_commands = database.add_subparsers(dest="db_command", required=True, metavar="ACTION")
-    upgrade = db_commands.add_parser("upgrade", parents=[common], help="upgrade to a revision")
-    upgrade.add_argument("revision", nargs="?", default="head")
-    upgrade.set_defaults(handler=_db_upgrade)
-    downgrade = db_commands.add_parser(
-        "downgrade", parents=[common], help="downgrade to a revision"
+    database = commands.add_parser(
+        "db",
+        help="schema migrations (alembic)",
+        description=(
+            "The coordinator's schema migrations (alembic). On CLP's MariaDB/MySQL, "
+            "`db upgrade` is the deployment's schema step; a SQLite database is migrated by "
+            f"the commands that write. The database: --config, else ${DATABASE_URL_ENV}, else "
+            "the embedded SQLite file."
+        ),
     )
-    downgrade.add_argument("revision")
-    downgrade.set_defaults(handler=_db_downgrade)
-    current = db_commands.add_parser("current", parents=[common], help="print the revision")
-    current.set_defaults(handler=_db_current)
+    db_commands = database.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    upgrade = command(
+        "upgrade",
+        _db_upgrade,
+        "upgrade to a revision",
+        "Upgrade the schema to a revision (creating a SQLite database if there is none).",
+        within=db_commands,
+    )
+    upgrade.add_argument("revision", nargs="?", default="head", help="the revision (default: head)")
+    downgrade = command(
+        "downgrade",
+        _db_downgrade,
+        "downgrade to a revision",
+        "Downgrade the schema to a revision; refused while CLP could not read the jobs afterwards.",
+        within=db_commands,
+    )
+    downgrade.add_argument("revision", help="the revision (base: remove the coordinator's schema)")
+    command(
+        "current",
+        _db_current,
+        "print the revision",
+        "Print the schema's revision. Reads only.",
+        within=db_commands,
+    )
     return parser
 
 
 def _config(args: argparse.Namespace) -> CoordinatorConfig:
-    return load_config(args.config, data_dir=args.data_dir)
+    return load_config(config_path(args), data_dir=getattr(args, "data_dir", None))
+
+
+def _configure_logs(
+    args: argparse.Namespace,
+    config: CoordinatorConfig | None,
+    default: int = logging.WARNING,
+    *,
+    logs_dir: Path | None = None,
+) -> None:
+    configured = None if config is None else config.compression_coordinator.logging_level
+    log_format = "text" if config is None else config.extras.log_format
+    logs.configure(log_format, log_level(args, configured, default), logs_dir)
+
+
+def _reading(args: argparse.Namespace) -> CoordinatorConfig:
+    """The configuration of a command that only reads, its logs configured."""
+    config = _config(args)
+    _configure_logs(args, config)
+    return config
 
 
 @contextmanager
-def _database(args: argparse.Namespace) -> Iterator[Engine]:
-    """The coordinator's database (migrated on the embedded default)."""
-    engine = open_engine(_config(args))
+def _existing_database(
+    config: CoordinatorConfig, *, require_current: bool = True
+) -> Iterator[Engine]:
+    """The database of a command that must not create or migrate one."""
+    engine = open_existing_engine(config, require_current=require_current)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _database(config: CoordinatorConfig) -> Iterator[Engine]:
+    """The database of a command that writes jobs (a SQLite one created and migrated)."""
+    engine = open_engine(config)
     try:
         yield engine
     finally:
@@ -204,7 +419,8 @@ def _database(args: argparse.Namespace) -> Iterator[Engine]:
 
 def _run(args: argparse.Namespace) -> int:
     config = _config(args)
-    logs.configure(config.extras.log_format)
+    logs_dir = os.environ.get(logs.LOGS_DIR_ENV)
+    _configure_logs(args, config, logging.INFO, logs_dir=Path(logs_dir) if logs_dir else None)
     runtime = open_runtime(config)
     coordinator = runtime.coordinator
     grace = config.compression_coordinator.termination_timeout_secs
@@ -238,8 +454,8 @@ def _give_up(grace: int) -> None:
 
 def _archives(args: argparse.Namespace) -> int:
     """Reconcile the archive storage with the records; exit 1 when an entry has none."""
-    config = _config(args)
-    with _database(args) as engine:
+    config = _reading(args)
+    with _existing_database(config) as engine:
         found = reconcile_archive_storage(engine, archive_output_of(config))
     if args.json:
         document = {
@@ -259,7 +475,7 @@ def _archives(args: argparse.Namespace) -> int:
 
 def _spider_serve(args: argparse.Namespace) -> int:
     config = _config(args)
-    logs.configure(config.extras.log_format)
+    _configure_logs(args, config, logging.INFO)
     engine = open_engine(config)
     embedded = embedded_spider(config, engine).start()
     stopped = threading.Event()
@@ -283,7 +499,7 @@ def _spider_serve(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     config = _config(args)
-    logs.configure(config.extras.log_format, level=logging.WARNING)
+    _configure_logs(args, config)
     return run_demo(config)
 
 
@@ -291,9 +507,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = _reading(args)
     location = S3Location(endpoint_url=args.endpoint_url, region_code=args.region)
-    with _database(args) as engine:
+    with _database(config) as engine:
         if args.paths:
             put_files(config, args.paths, bucket=args.bucket, prefix=args.prefix, s3=location)
         job_id = submit_job(
@@ -310,55 +526,38 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    with _database(args) as engine:
-        rows = job_commands.list_jobs(engine)
+    statuses = job_commands.parse_statuses(args.status)
+    since = None if args.since is None else job_commands.parse_since(args.since)
+    limit = job_commands.parse_limit(args.limit)
+    config = _reading(args)
+    with _existing_database(config) as engine:
+        rows = job_commands.list_jobs(
+            engine, statuses=statuses, dataset=args.dataset, since=since, limit=limit
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'id':>6}  {'status':<10} {'spider_id':>10} {'tasks':>5}  {'created':<24}  message")
-    for row in rows:
-        print(
-            f"{row['id']:>6}  {row['status']:<10} {row['spider_id'] or '':>10} "
-            f"{row['num_tasks']:>5}  {row['creation_time'] or '':<24}  {row['status_msg'][:60]}"
-        )
+    filtered = bool(statuses or args.dataset is not None or since is not None)
+    for line in job_commands.format_jobs(rows, filtered=filtered):
+        print(line)
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    with _database(args) as engine:
+    config = _reading(args)
+    with _existing_database(config) as engine:
         document = job_commands.show_job(JobStore(engine), args.job)
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
-    _print_job(document)
+    for line in job_commands.format_job(document):
+        print(line)
     return 0
 
 
-def _print_job(document: dict[str, Any]) -> None:
-    print(f"Job {document['id']}: {document['status']}  (Spider job {document['spider_id']})")
-    if document["status_msg"]:
-        print(f"  {document['status_msg']}")
-    print(
-        f"  dataset {document['dataset'] or 'unknown (the job config does not decode)'}, "
-        f"{document['num_tasks']} task(s), "
-        f"{document['uncompressed_size']:,} B -> {document['compressed_size']:,} B"
-    )
-    print("History:")
-    for entry in document["history"]:
-        print(
-            f"  {entry['at']}  {entry['from']} -> {entry['to']}  "
-            f"{entry['trigger']} by {entry['actor']} {entry['actor_id']}: {entry['reason']}"
-        )
-    print("Archives:")
-    for archive in document["archives"]:
-        print(
-            f"  {archive['id']}  {archive['size']:,} B (from {archive['uncompressed_size']:,} B)"
-            f"  {archive['location']}"
-        )
-
-
 def _cancel(args: argparse.Namespace) -> int:
-    with _database(args) as engine:
+    config = _reading(args)
+    with _existing_database(config) as engine:
         print(request_cancel(JobStore(engine), args.job, operator=getpass.getuser()).message)
     return 0
 
@@ -366,40 +565,10 @@ def _cancel(args: argparse.Namespace) -> int:
 # --- the machine and the schema ----------------------------------------------------------------
 
 
-def _lifecycle(_: argparse.Namespace) -> int:
-    _print_lifecycle()
+def _lifecycle(args: argparse.Namespace) -> int:
+    _configure_logs(args, None)
+    print_lifecycle()
     return 0
-
-
-def _print_lifecycle() -> None:
-    print("Compression job lifecycle: the edges (state numbers in parentheses):")
-    _print_table(
-        (*lifecycle_tables.EDGE_HEADERS[:4], "why"),
-        [(*row[:4], row[6]) for row in lifecycle_tables.edge_rows()],
-    )
-    print("\nReactions to Spider's final word, by the row's state:")
-    _print_table(lifecycle_tables.REACTION_HEADERS, lifecycle_tables.reaction_rows())
-    print("\nA job whose attempts ran out:")
-    _print_table(lifecycle_tables.GIVING_UP_HEADERS, lifecycle_tables.giving_up_rows())
-    print("\nStored in compression_jobs:")
-    _print_table(lifecycle_tables.STORED_HEADERS, lifecycle_tables.stored_rows())
-    print(
-        "  Committed is written as 1 (coordinator.committed_status: running, the default) "
-        "or 5 (distinct)"
-    )
-
-
-def _print_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    """Aligned columns; the last one wrapped to the terminal's width."""
-    fixed = len(headers) - 1
-    widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(fixed)]
-    indent = sum(widths) + 2 * fixed
-    for row in (headers, *rows):
-        cells = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        last = textwrap.wrap(row[fixed], width=max(40, 110 - indent)) or [""]
-        print(f"  {cells}  {last[0]}")
-        for line in last[1:]:
-            print(" " * (indent + 2) + line)
 
 
 def _add_diagram_arguments(diagrams: argparse.ArgumentParser) -> None:
@@ -437,31 +606,29 @@ def _diagrams(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextmanager
-def _schema_engine(args: argparse.Namespace) -> Iterator[Engine]:
-    config = _config(args)
-    engine = create_database_engine(database_url(config))
-    try:
-        yield engine
-    finally:
-        engine.dispose()
-
-
 def _db_upgrade(args: argparse.Namespace) -> int:
-    with _schema_engine(args) as engine:
+    config = _reading(args)
+    url = database_url(config)
+    create_sqlite_directory(url)
+    engine = create_database_engine(url)
+    try:
         migrate.upgrade(engine, args.revision)
         print(f"schema at revision {migrate.current_revision(engine)}")
+    finally:
+        engine.dispose()
     return 0
 
 
 def _db_downgrade(args: argparse.Namespace) -> int:
-    with _schema_engine(args) as engine:
+    config = _reading(args)
+    with _existing_database(config, require_current=False) as engine:
         migrate.downgrade(engine, args.revision)
         print(f"schema at revision {migrate.current_revision(engine) or 'base'}")
     return 0
 
 
 def _db_current(args: argparse.Namespace) -> int:
-    with _schema_engine(args) as engine:
+    config = _reading(args)
+    with _existing_database(config, require_current=False) as engine:
         print(migrate.current_revision(engine) or "base (no coordinator schema)")
     return 0

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -61,6 +62,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from coordinator.config.log_level import canonical_level_name
 
 CLP_DB_USER_ENV = "CLP_DB_USER"
 CLP_DB_PASS_ENV = "CLP_DB_PASS"
@@ -232,8 +235,10 @@ def _within_spider_window(name: str, value: int) -> int:
 class CompressionCoordinator(ClpModel):
     """``compression_coordinator``: CLP's settings for the coordinator, with CLP's defaults.
 
-    CLP's Helm chart renders every key except ``max_concurrent_jobs`` (so 1000 applies);
-    ``logging_level`` in the chart's values only feeds ``RUST_LOG`` and is ignored here.
+    CLP's Helm chart renders every key except ``max_concurrent_jobs`` (so 1000 applies).
+    ``logging_level`` is not a field of CLP's model (its chart feeds it to ``RUST_LOG``), but an
+    operator who writes it here means it: it is the service's log level unless ``--log-level``
+    (or ``$COORDINATOR_LOG_LEVEL``) says otherwise.
     """
 
     resource_group: SpiderResourceGroup = Field(
@@ -253,6 +258,9 @@ class CompressionCoordinator(ClpModel):
     commit_task_soft_timeout_secs: PositiveInt = 45
     # Validated even when defaulted: the soft timeout it must exceed may have been set.
     commit_task_hard_timeout_secs: PositiveInt = Field(default=60, validate_default=True)
+    logging_level: Annotated[str, AfterValidator(canonical_level_name)] | None = None
+    """The log level (``coordinator.config.log_level``: Python's or ``RUST_LOG``'s names, any
+    case); unset: ``info`` for the service."""
 
     @field_validator("commit_task_soft_timeout_secs")
     @classmethod

@@ -285,11 +285,11 @@ def database_url(config: CoordinatorConfig) -> str:
 
     ``$COORDINATOR_DATABASE_URL`` when set; else, when the file has a ``database`` section,
     ``mysql+pymysql://<user>:<password>@<host>:<port>/<names.clp>`` (user and password escaped);
-    else the embedded SQLite file in the data directory, which is created if missing.
+    else the embedded SQLite file in the data directory. Creates nothing. This is the one answer
+    for the CLI, the service and ``alembic`` (``migrations/env.py``).
 
     Fails with ``ConfigError`` when the database section has no credentials (``CLP_DB_USER`` and
-    ``CLP_DB_PASS`` were not set when the file was loaded) and with ``OSError`` when the data
-    directory cannot be created.
+    ``CLP_DB_PASS`` were not set when the file was loaded).
     """
     from_env = os.environ.get(DATABASE_URL_ENV)
     if from_env:
@@ -308,7 +308,6 @@ def database_url(config: CoordinatorConfig) -> str:
         host = f"[{database.host}]" if ":" in database.host else database.host
         name = quote(database.clp_database_name, safe="")
         return f"mysql+pymysql://{user}:{password}@{host}:{database.port}/{name}"
-    config.data_dir.mkdir(parents=True, exist_ok=True)
     return embedded_database_url(config.data_dir)
 
 

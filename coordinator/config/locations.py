@@ -1,11 +1,10 @@
 """The data directory and the database URL.
 
 The embedded default keeps everything under one data directory: ``--data-dir``, else
-``$COORDINATOR_HOME``, else ``./var``. The database URL is ``$COORDINATOR_DATABASE_URL`` when set
-(production: ``mysql+pymysql://user:pass@host:3306/clp``), else the embedded SQLite file
-``<data dir>/coordinator.db``. The embedded default's object store and archives live in the same
-directory (``objects/``, ``archives/``), and relative paths of a configuration file resolve
-against it.
+``$COORDINATOR_HOME``, else ``./var``. Its database is the SQLite file ``<data dir>/coordinator.db``
+(which database a configuration means: ``coordinator.config.loader.database_url``). Its object
+store and archives live in the same directory (``objects/``, ``archives/``), and relative paths of
+a configuration file resolve against it.
 
 **Which jobs read the local object store.** A job's objects are read from where the job's own
 configuration says, never from where the coordinator's mode suggests. A job names a local object
@@ -23,10 +22,28 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-"""The source checkout (``alembic.ini``, ``migrations/``, ``diagrams/``); installs are editable."""
+"""The folder that holds the package: the source checkout when the package runs from one (an
+editable install, the tests), ``site-packages`` when it is installed from a wheel. Only what needs
+the checkout uses it, through ``SOURCE_CHECKOUT``."""
 
+
+def _is_source_checkout(root: Path) -> bool:
+    return all(
+        (root / name).is_file() for name in ("pyproject.toml", "alembic.ini", "migrations/env.py")
+    )
+
+
+SOURCE_CHECKOUT: Path | None = PROJECT_ROOT if _is_source_checkout(PROJECT_ROOT) else None
+"""The source checkout the package runs from (``pyproject.toml``, ``alembic.ini``, ``migrations/``
+beside it), ``None`` when it is installed from a wheel. The defaults of ``coordinator diagrams``
+(the committed ``diagrams/``, ``docs/``, ``README.md``) and the migrations of an editable install
+come from it; nothing else depends on a checkout."""
+
+CONFIG_ENV = "COORDINATOR_CONFIG"
+"""CLP's ``clp-config.yaml`` when ``--config`` is not given (the CLI and ``alembic``)."""
 DATA_DIR_ENV = "COORDINATOR_HOME"
 DATABASE_URL_ENV = "COORDINATOR_DATABASE_URL"
+LOG_LEVEL_ENV = "COORDINATOR_LOG_LEVEL"
 DEFAULT_DATA_DIR = Path("var")
 EMBEDDED_DATABASE_FILE = "coordinator.db"
 
@@ -47,16 +64,6 @@ def resolve_data_dir(explicit: Path | None = None) -> Path:
 def embedded_database_url(data_dir: Path) -> str:
     """The SQLite URL of the embedded database inside ``data_dir``."""
     return f"sqlite:///{(data_dir / EMBEDDED_DATABASE_FILE).resolve()}"
-
-
-def resolve_database_url(data_dir: Path | None = None) -> str:
-    """``$COORDINATOR_DATABASE_URL``, else the embedded database (creating its directory)."""
-    from_env = os.environ.get(DATABASE_URL_ENV)
-    if from_env:
-        return from_env
-    directory = resolve_data_dir(data_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    return embedded_database_url(directory)
 
 
 def under_data_dir(data_dir: Path, path: Path) -> Path:

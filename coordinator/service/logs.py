@@ -6,7 +6,8 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, TextIO
 
 from coordinator.store.database import is_transient_driver_error
 from coordinator.store.outage import describe_error
@@ -72,16 +73,75 @@ class LostPooledConnections(logging.Filter):
         return True
 
 
-def configure(log_format: LogFormat = "text", level: int = logging.INFO) -> None:
-    """Send the coordinator's logs to stderr in ``log_format``."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLines() if log_format == "json" else Text())
-    handler.addFilter(LostPooledConnections())
+LOGS_DIR_ENV = "CLP_LOGS_DIR"
+"""CLP's log directory: when set, the service also logs to an hourly file there, as CLP's Rust
+coordinator does (``compression_coordinator.log.YYYY-MM-DD-HH``)."""
+LOG_FILE_STEM = "compression_coordinator.log"
+
+
+class HourlyFile(logging.Handler):
+    """Appends to ``<directory>/compression_coordinator.log.YYYY-MM-DD-HH`` (UTC), a new file each
+    hour, the names CLP's Rust coordinator writes (``tracing_appender``'s hourly rolling); old
+    files are left to the operator's retention, as CLP leaves them."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__()
+        self.directory = directory
+        self._hour = ""
+        self._stream: TextIO | None = None
+
+    def path_for(self, created: float) -> Path:
+        """The file a record made at ``created`` (a Unix time) goes to."""
+        hour = datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%d-%H")
+        return self.directory / f"{LOG_FILE_STEM}.{hour}"
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            path = self.path_for(record.created)
+            if self._stream is None or path.name != self._hour:
+                self._close_stream()
+                self._stream = path.open("a", encoding="utf-8")
+                self._hour = path.name
+            self._stream.write(self.format(record) + "\n")
+            self._stream.flush()
+        except Exception:
+            self.handleError(record)
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            self._close_stream()
+        finally:
+            self.release()
+        super().close()
+
+
+def configure(
+    log_format: LogFormat = "text", level: int = logging.INFO, logs_dir: Path | None = None
+) -> None:
+    """Send the coordinator's logs to stderr in ``log_format`` at ``level``, and also to the
+    hourly files of ``logs_dir`` when given (created if missing; ``OSError`` if it cannot be)."""
+    formatter = JsonLines() if log_format == "json" else Text()
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if logs_dir is not None:
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        handlers.append(HourlyFile(logs_dir))
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    for old in root.handlers:
+        if isinstance(old, HourlyFile):  # ours, from an earlier call; others are not ours to close
+            old.close()
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        handler.addFilter(LostPooledConnections())
+    root.handlers[:] = handlers
     root.setLevel(level)
     for noisy in ("werkzeug", "botocore", "urllib3", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
 
 def job_fields(job_id: int, spider_id: int | None = None) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -16,7 +17,45 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from coordinator.errors import CoordinatorError
+
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+
+
+class NoDatabase(CoordinatorError, FileNotFoundError):
+    """A command that only reads found no SQLite database file where the configuration points.
+
+    Read-only commands never create a database: a mistyped ``--data-dir`` must say so, not answer
+    from a new empty one.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(
+            f"no database at {path}: check --data-dir (or $COORDINATOR_HOME, "
+            "$COORDINATOR_DATABASE_URL, --config); `coordinator db upgrade` or `coordinator demo` "
+            "creates one"
+        )
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names; ``None`` for another backend or an in-memory database.
+
+    Fails with SQLAlchemy's ``ArgumentError`` for a URL it cannot parse.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def create_sqlite_directory(url: str) -> Path | None:
+    """For a SQLite URL, create the directory of its file (SQLite creates the file itself) and
+    return the file; ``None`` for another backend. Fails with ``OSError`` as ``Path.mkdir``."""
+    path = sqlite_file(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def create_database_engine(url: str, *, pool_size: int = 10) -> Engine:
