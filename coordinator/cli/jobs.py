@@ -1,68 +1,271 @@
 """``jobs`` and ``show``: what an operator reads of compression jobs (``cancel``:
 ``coordinator.service.operator_cancel``).
 
+``jobs --json`` is a list of row documents, newest first::
+
+    [{"id", "status", "spider_id", "dataset", "num_tasks", "creation_time", "status_msg"}]
+
 ``show --json`` is a stable document::
 
-    {"id", "status", "status_code", "spider_id", "status_msg", "dataset", "num_tasks",
-     "creation_time", "start_time", "duration", "uncompressed_size", "compressed_size",
-     "cancel_requested": bool,
+    {"id", "status", "status_code", "committed_at", "spider_id", "status_msg", "dataset",
+     "num_tasks", "creation_time", "start_time", "duration", "uncompressed_size",
+     "compressed_size", "cancel_requested": bool,
      "history": [{"from", "to", "trigger", "actor", "actor_id", "reason", "at"}],
      "archives": [{"id", "size", "uncompressed_size", "begin_timestamp", "end_timestamp",
                    "location"}]}
 
 Statuses are the lifecycle's names (``Pending`` … ``Committed``); times are ISO 8601 UTC.
 ``dataset`` is ``null`` when the job's config cannot be decoded (or names an invalid dataset).
+
+``jobs`` filters (``list_jobs``): lifecycle statuses (``parse_statuses``: case-insensitive,
+repeatable or comma-separated), a dataset, a creation time (``parse_since``: an ISO 8601 date or
+time, naive meaning UTC, or an age such as ``30m``, ``2h``, ``7d``) and a limit (``parse_limit``: a
+positive number or ``all``). A mistyped filter raises ``InvalidFilter``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Engine, Row, Table, select
+from sqlalchemy import ColumnElement, Engine, Row, Table, and_, or_, select
 
-from coordinator.lifecycle import describe_status, describe_stored
+from coordinator.errors import CoordinatorError
+from coordinator.lifecycle import LIFECYCLE_ORDER, JobStatus, describe_status, describe_stored
 from coordinator.service.prepare import known_dataset_of
 from coordinator.store.archives import published_archives_of_job
+from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table
+from coordinator.store.guarded import in_state
 from coordinator.store.jobs import JobStore, NoSuchJob
+from coordinator.store.names import InvalidDatasetName, validate_dataset_name
 from coordinator.store.schema import CompressionJob
 from coordinator.store.stored_archives import stored_archives_of_job
 
 _jobs = cast(Table, CompressionJob.__table__)
+
+DEFAULT_LIMIT = 100
+"""How many jobs ``jobs`` lists without ``--limit``."""
+
+STATUS_NAMES: tuple[str, ...] = tuple(state.label for state in LIFECYCLE_ORDER)
+"""The names ``--status`` accepts (in any case), in the lifecycle's order."""
+
+_BATCH = 500
+"""Rows read at a time while a dataset filter (decoded from each job's config) is applied."""
+
+_AGE = re.compile(r"(\d+)\s*([smhdw])", re.IGNORECASE)
+_AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+class InvalidFilter(CoordinatorError, ValueError):
+    """A ``jobs`` filter that names no status, no time, no valid dataset or no valid limit."""
 
 
 def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat(timespec="milliseconds") + "Z"
 
 
-def list_jobs(engine: Engine, limit: int = 100) -> list[dict[str, Any]]:
-    """The newest ``limit`` jobs, newest first, as short documents."""
+# --- filters -----------------------------------------------------------------------------------
+
+
+def parse_statuses(values: Iterable[str]) -> tuple[str, ...]:
+    """The lifecycle names in ``values`` (each one name or a comma-separated list, in any case),
+    without repeats, in the order given; raises ``InvalidFilter`` naming the valid names."""
+    names: list[str] = []
+    given = False
+    for value in values:
+        given = True
+        for part in value.split(","):
+            word = part.strip()
+            if not word:
+                continue
+            try:
+                label = JobStatus.from_label(word).label
+            except KeyError:
+                raise InvalidFilter(
+                    f"unknown status {word!r}: use one of {', '.join(STATUS_NAMES)} "
+                    "(any case; repeat --status or separate names with commas)"
+                ) from None
+            if label not in names:
+                names.append(label)
+    if given and not names:
+        raise InvalidFilter(f"no status given: use one of {', '.join(STATUS_NAMES)}")
+    return tuple(names)
+
+
+def parse_since(text: str, *, now: datetime | None = None) -> datetime:
+    """The instant ``text`` names, as naive UTC: an ISO 8601 date (``2024-05-01``: its midnight)
+    or date and time (``2024-05-01T12:30``, ``…Z``, ``…+02:00``; without an offset: UTC), or an
+    age before ``now`` (default: the clock's now) such as ``90s``, ``30m``, ``2h``, ``7d``,
+    ``1w``. Raises ``InvalidFilter``."""
+    word = text.strip()
+    age = _AGE.fullmatch(word)
+    if age is not None:
+        amount, unit = int(age.group(1)), age.group(2).lower()
+        try:
+            return (now or utc_now()) - timedelta(**{_AGE_UNITS[unit]: amount})
+        except OverflowError:
+            raise InvalidFilter(f"--since {text!r} reaches back before year 1") from None
+    try:
+        instant = datetime.fromisoformat(word)
+    except ValueError:
+        raise InvalidFilter(
+            f"cannot read --since {text!r}: use an ISO 8601 date or time (2024-05-01, "
+            "2024-05-01T12:30, 2024-05-01T12:30+02:00; without an offset: UTC) or an age "
+            "(30m, 2h, 7d; units s, m, h, d, w)"
+        ) from None
+    return _naive_utc(instant)
+
+
+def parse_limit(text: str) -> int | None:
+    """``--limit``: a positive number of jobs, or ``all`` (any case) for ``None``, no limit.
+    Raises ``InvalidFilter`` (0 too: it would list nothing; ``all`` says what is meant)."""
+    word = text.strip()
+    if word.lower() == "all":
+        return None
+    if not word.isdigit() or int(word) < 1:
+        raise InvalidFilter(f"invalid --limit {text!r}: use a positive number of jobs, or 'all'")
+    return int(word)
+
+
+def _naive_utc(instant: datetime) -> datetime:
+    """The stored form of an instant: naive UTC (a naive ``instant`` is UTC already)."""
+    if instant.tzinfo is None:
+        return instant
+    return instant.astimezone(UTC).replace(tzinfo=None)
+
+
+def _dataset_filter(dataset: str) -> str:
+    try:
+        return validate_dataset_name(dataset)
+    except InvalidDatasetName as error:
+        raise InvalidFilter(str(error)) from None
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+def list_jobs(
+    engine: Engine,
+    *,
+    statuses: Sequence[str] = (),
+    dataset: str | None = None,
+    since: datetime | None = None,
+    limit: int | None = DEFAULT_LIMIT,
+) -> list[dict[str, Any]]:
+    """The newest jobs first, as row documents (module docstring), at most ``limit`` (``None``:
+    all) of those matching every filter given.
+
+    ``statuses``: lifecycle names in any case (a job in any of them; both stored forms of
+    Committed), ``dataset``: the dataset the job's config names (``default`` when it names none;
+    a config that does not decode matches no dataset), ``since``: created at or after this
+    instant (naive: UTC). Status and time filter in SQL; the dataset, which lives in the encoded
+    config, is read row by row, and ``limit`` counts only the jobs that match it.
+
+    Raises ``InvalidFilter`` for an unknown status, an invalid dataset name or a limit below 1.
+    """
+    if limit is not None and limit < 1:
+        raise InvalidFilter(f"invalid limit {limit}: use a positive number of jobs, or no limit")
+    wanted = _dataset_filter(dataset) if dataset is not None else None
+    conditions: list[ColumnElement[bool]] = []
+    states = parse_statuses(statuses)
+    if states:
+        conditions.append(or_(*(and_(*in_state(JobStatus.from_label(label))) for label in states)))
+    if since is not None:
+        conditions.append(_jobs.c.creation_time >= _naive_utc(since))
+    query = select(
+        _jobs.c.id,
+        _jobs.c.status,
+        _jobs.c.committed_at,
+        _jobs.c.spider_id,
+        _jobs.c.num_tasks,
+        _jobs.c.creation_time,
+        _jobs.c.status_msg,
+        _jobs.c.clp_config,
+    ).order_by(_jobs.c.id.desc())
+    documents: list[dict[str, Any]] = []
+    before: int | None = None
     with engine.connect() as connection:
-        rows = connection.execute(
-            select(
-                _jobs.c.id,
-                _jobs.c.status,
-                _jobs.c.committed_at,
-                _jobs.c.spider_id,
-                _jobs.c.num_tasks,
-                _jobs.c.creation_time,
-                _jobs.c.status_msg,
+        while limit is None or len(documents) < limit:
+            page = query.where(*conditions)
+            if before is not None:
+                page = page.where(_jobs.c.id < before)
+            # Without a dataset filter every row read is listed: read no more than needed.
+            size = (
+                _BATCH
+                if wanted is not None or limit is None
+                else min(_BATCH, limit - len(documents))
             )
-            .order_by(_jobs.c.id.desc())
-            .limit(limit)
-        ).all()
-    return [
-        {
-            "id": row.id,
-            "status": describe_stored(row.status, row.committed_at),
-            "spider_id": row.spider_id,
-            "num_tasks": row.num_tasks,
-            "creation_time": _time(row.creation_time),
-            "status_msg": row.status_msg,
-        }
+            rows: list[Row[Any]] = list(connection.execute(page.limit(size)))
+            for row in rows:
+                document = _row_document(row)
+                if wanted is None or document["dataset"] == wanted:
+                    documents.append(document)
+                    if limit is not None and len(documents) == limit:
+                        break
+            if len(rows) < size:
+                break
+            before = rows[-1].id
+    return documents
+
+
+def _row_document(row: Row[Any]) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "status": describe_stored(row.status, row.committed_at),
+        "spider_id": row.spider_id,
+        "dataset": known_dataset_of(row.clp_config),
+        "num_tasks": row.num_tasks,
+        "creation_time": _time(row.creation_time),
+        "status_msg": row.status_msg,
+    }
+
+
+_MESSAGE_WIDTH = 60
+
+
+def format_jobs(rows: Sequence[dict[str, Any]], *, filtered: bool = False) -> list[str]:
+    """The ``jobs`` table of ``list_jobs``'s rows: a header and one line a job; one line saying
+    there is none (``no jobs``, or ``no jobs match`` when ``filtered``) for no rows."""
+    if not rows:
+        return ["no jobs match" if filtered else "no jobs"]
+    cells = [
+        (
+            str(row["id"]),
+            row["status"],
+            "" if row["spider_id"] is None else str(row["spider_id"]),
+            str(row["num_tasks"]),
+            row["creation_time"] or "",
+            row["dataset"] or "unknown",
+            _one_line(row["status_msg"] or ""),
+        )
         for row in rows
     ]
+    header = ("id", "status", "spider_id", "tasks", "created", "dataset", "message")
+    minimum = (6, 10, 10, 5, 24, 7)
+    widths = [max(least, *(len(line[i]) for line in cells)) for i, least in enumerate(minimum)]
+    right = (True, False, True, True, False, False)
+
+    def line(values: tuple[str, ...]) -> str:
+        fixed = [
+            value.rjust(width) if flush_right else value.ljust(width)
+            for value, width, flush_right in zip(values, widths, right, strict=False)
+        ]
+        return (
+            f"{fixed[0]}  {fixed[1]} {fixed[2]} {fixed[3]}  {fixed[4]}  {fixed[5]}  {values[6]}"
+        ).rstrip()
+
+    return [line(header), *(line(values) for values in cells)]
+
+
+def _one_line(message: str) -> str:
+    flat = " ".join(message.split())
+    return flat if len(flat) <= _MESSAGE_WIDTH else flat[: _MESSAGE_WIDTH - 1] + "…"
+
+
+# --- show --------------------------------------------------------------------------------------
 
 
 def show_job(store: JobStore, job_id: int) -> dict[str, Any]:
@@ -101,6 +304,65 @@ def show_job(store: JobStore, job_id: int) -> dict[str, Any]:
         ],
         "archives": _published_archives(store.engine, job.id, job.spider_id),
     }
+
+
+def format_job(document: dict[str, Any]) -> list[str]:
+    """What ``show`` prints of ``show_job``'s document: only what is known (no empty heading, no
+    ``None``)."""
+    spider = "" if document["spider_id"] is None else f"  (Spider job {document['spider_id']})"
+    lines = [f"Job {document['id']}: {document['status']}{spider}"]
+    if document["status_msg"]:
+        lines += [f"  {text}" for text in document["status_msg"].splitlines() if text.strip()]
+    facts = [f"dataset {document['dataset'] or 'unknown (the job config does not decode)'}"]
+    if document["num_tasks"]:
+        facts.append(f"{document['num_tasks']} task(s)")
+    if _sizes_known(document):
+        facts.append(f"{document['uncompressed_size']:,} B -> {document['compressed_size']:,} B")
+    lines.append("  " + ", ".join(facts))
+    times = [f"created {document['creation_time']}"] if document["creation_time"] else []
+    if document["start_time"]:
+        times.append(f"started {document['start_time']}")
+    if document["committed_at"]:
+        times.append(f"committed {document['committed_at']}")
+    if document["duration"] is not None:
+        times.append(f"took {document['duration']:.3f} s")
+    if times:
+        lines.append("  " + ", ".join(times))
+    if document["cancel_requested"]:
+        lines.append("  an operator asked for it to be cancelled")
+    if document["history"]:
+        lines.append("History:")
+        lines += [f"  {_history_line(entry)}" for entry in document["history"]]
+    if document["archives"]:
+        lines.append("Archives:")
+        lines += [f"  {_archive_line(archive)}" for archive in document["archives"]]
+    return lines
+
+
+def _sizes_known(document: dict[str, Any]) -> bool:
+    """Whether the sizes were recorded: they are 0 until a job's commit (a Succeeded job may
+    really have compressed nothing)."""
+    recorded = bool(document["uncompressed_size"] or document["compressed_size"])
+    return recorded or document["status"] == JobStatus.SUCCEEDED.label
+
+
+def _history_line(entry: dict[str, Any]) -> str:
+    actor = " ".join(str(part) for part in (entry["actor"], entry["actor_id"]) if part)
+    line = f"{entry['at']}  {entry['from']} -> {entry['to']}  {entry['trigger']}"
+    if actor:
+        line += f" by {actor}"
+    if entry["reason"]:
+        line += f": {' '.join(entry['reason'].split())}"
+    return line
+
+
+def _archive_line(archive: dict[str, Any]) -> str:
+    line = f"{archive['id']}  {archive['size']:,} B"
+    if archive["uncompressed_size"] is not None:
+        line += f" (from {archive['uncompressed_size']:,} B)"
+    if archive["location"]:
+        line += f"  {archive['location']}"
+    return line
 
 
 def _published_archives(engine: Engine, job_id: int, spider_id: int | None) -> list[dict[str, Any]]:
