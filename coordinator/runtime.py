@@ -220,22 +220,23 @@ def open_engine(config: CoordinatorConfig) -> Engine:
     """The database for a command that writes jobs (``run``, ``submit``, ``cancel``, ``demo``,
     ``spider serve``).
 
-    The schema rule, one for every footing: **a SQLite database is the coordinator's own** (the
-    embedded default, or a configuration file without a ``database`` section): it is created and
-    migrated here. **A MariaDB/MySQL database is CLP's**, shared with CLP's components: only an
-    explicit ``coordinator db upgrade`` (the deployment's init step) changes its schema, and this
-    refuses one that is not current.
+    The schema rule, one for every footing: **the database a configuration's ``database``
+    section names is CLP's**, shared with CLP's components: only an explicit ``coordinator db
+    upgrade`` (the deployment's init step, or ``alembic upgrade head``) changes its schema, and
+    this refuses one that is not current. **Any other database is the coordinator's own** (the
+    embedded default's SQLite file, a configuration file without a ``database`` section, or
+    ``$COORDINATOR_DATABASE_URL`` without one): it is created (SQLite) and migrated here.
 
-    Fails with ``SchemaNotCurrent`` for such a database, ``OSError`` when the SQLite file's
+    Fails with ``SchemaNotCurrent`` for CLP's database, ``OSError`` when the SQLite file's
     directory cannot be created, and the driver's errors.
     """
     url = database_url(config)
-    path = create_sqlite_directory(url)
+    create_sqlite_directory(url)
     engine = create_database_engine(
         url, pool_size=config.compression_coordinator.database_connection_pool_size
     )
     try:
-        if path is not None:
+        if not config.database_configured:
             migrate.upgrade(engine)
         else:
             migrate.require_current_schema(engine)

@@ -336,10 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
         "db",
         help="schema migrations (alembic)",
         description=(
-            "The coordinator's schema migrations (alembic). On CLP's MariaDB/MySQL, "
-            "`db upgrade` is the deployment's schema step; a SQLite database is migrated by "
-            f"the commands that write. The database: --config, else ${DATABASE_URL_ENV}, else "
-            "the embedded SQLite file."
+            "The coordinator's schema migrations (alembic). The database: "
+            f"${DATABASE_URL_ENV}, else the --config file's `database` section (CLP's, with "
+            "CLP_DB_USER/CLP_DB_PASS), else the embedded SQLite file. CLP's database is "
+            "migrated only here (the deployment's schema step); any other database also by "
+            "the commands that write."
         ),
     )
     db_commands = database.add_subparsers(dest="db_command", required=True, metavar="ACTION")
