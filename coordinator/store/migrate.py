@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import resources
 
 from alembic import command
 from alembic.config import Config
@@ -11,19 +12,45 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
-from coordinator.config.locations import PROJECT_ROOT
+from coordinator.config.locations import SOURCE_CHECKOUT
 from coordinator.errors import CoordinatorError
 
-ALEMBIC_INI = PROJECT_ROOT / "alembic.ini"
+PACKAGED_MIGRATIONS = "coordinator:migrations"
+"""The migrations an installed wheel carries, in alembic's ``package:folder`` notation: the build
+maps the repository's top-level ``migrations/`` to the package ``coordinator.migrations``
+(``setup.py``)."""
 
 
 class SchemaNotCurrent(CoordinatorError, RuntimeError):
     """The database is not at the revision this code expects; run ``alembic upgrade head``."""
 
 
+class MigrationsNotFound(CoordinatorError, RuntimeError):
+    """The package carries no migrations and runs from no source checkout (a broken install)."""
+
+
+def migrations_location() -> str:
+    """Where alembic finds the revisions: the migrations inside the installed package (a wheel),
+    else the source checkout's ``migrations/`` (an editable install, the tests)."""
+    package, _, folder = PACKAGED_MIGRATIONS.partition(":")
+    if resources.files(package).joinpath(folder).is_dir():
+        return PACKAGED_MIGRATIONS
+    if SOURCE_CHECKOUT is None:
+        raise MigrationsNotFound(
+            f"the installed package has no {folder}/ and runs from no source checkout: "
+            "reinstall the coordinator"
+        )
+    return str(SOURCE_CHECKOUT / "migrations")
+
+
 def alembic_config() -> Config:
-    """The project's alembic configuration (``alembic.ini`` beside the package)."""
-    return Config(str(ALEMBIC_INI))
+    """The alembic configuration, built here: only the script location (``migrations_location``)
+    matters to the coordinator. ``alembic.ini`` at the checkout's top serves the ``alembic``
+    command (``alembic upgrade head``, ``alembic revision``) and is never read from here."""
+    config = Config()
+    # set_main_option interpolates "%(name)s": a literal "%" in the path is written "%%".
+    config.set_main_option("script_location", migrations_location().replace("%", "%%"))
+    return config
 
 
 @contextmanager
