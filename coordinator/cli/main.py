@@ -40,7 +40,7 @@ from coordinator.cli.options import (
     refuse_unused_options,
 )
 from coordinator.config.loader import ConfigError, CoordinatorConfig, database_url, load_config
-from coordinator.config.locations import DATABASE_URL_ENV, PROJECT_ROOT
+from coordinator.config.locations import DATABASE_URL_ENV, SOURCE_CHECKOUT
 from coordinator.engine.grpc_server import SpiderServer, run_server
 from coordinator.lifecycle import diagrams as lifecycle_diagrams
 from coordinator.runtime import (
@@ -573,37 +573,71 @@ def _lifecycle(args: argparse.Namespace) -> int:
 
 
 def _add_diagram_arguments(diagrams: argparse.ArgumentParser) -> None:
-    diagrams.add_argument(
-        "--check", action="store_true", help="fail if the committed diagrams are out of date"
+    # The rule: run from the source checkout, the defaults are the files committed there; an
+    # installed package has no such files to keep current, so its diagrams go to ./diagrams and the
+    # document and the README diagram are written (or checked) only when a path is given.
+    checkout = SOURCE_CHECKOUT
+    diagrams.epilog = (
+        "Defaults: run from the source checkout, its diagrams/, docs/ and README.md; run from an "
+        "installed package, ./diagrams only (--docs and --readme add the document and the README "
+        "diagram). The SVG needs Graphviz (the extra [svg] and the dot program): without it, it "
+        "is skipped with a notice, and --check still checks an existing one."
     )
-    diagrams.add_argument("--output", type=Path, default=PROJECT_ROOT / "diagrams")
+    diagrams.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a file differs from the lifecycle definition (the SVG by "
+        "the DOT source it was drawn from, which needs no Graphviz)",
+    )
+    diagrams.add_argument(
+        "--output",
+        type=Path,
+        default=checkout / "diagrams" if checkout else Path("diagrams"),
+        metavar="DIR",
+        help="where job_lifecycle.mmd, .dot and .svg go (default: the source checkout's "
+        "diagrams/ when run from one, else ./diagrams; here: %(default)s)",
+    )
     diagrams.add_argument(
         "--docs",
         type=Path,
-        default=PROJECT_ROOT / "docs",
-        help="where docs/lifecycle.md (the generated tables) goes",
+        default=checkout / "docs" if checkout else None,
+        metavar="DIR",
+        help="where lifecycle.md (the generated tables) goes (default: the source checkout's "
+        "docs/, else none: not written, not checked)",
     )
     diagrams.add_argument(
         "--readme",
         type=Path,
-        default=PROJECT_ROOT / "README.md",
-        help="the README whose lifecycle diagram (between its markers) is generated",
+        default=checkout / "README.md" if checkout else None,
+        metavar="FILE",
+        help="the README whose lifecycle diagram (between its markers) is generated (default: "
+        "the source checkout's README.md, else none: not written, not checked)",
     )
 
 
 def _diagrams(args: argparse.Namespace) -> int:
     output: Path = args.output
+    targets = ", ".join(str(path) for path in (output, args.docs, args.readme) if path is not None)
     if args.check:
         problems = lifecycle_diagrams.check(output, args.docs, args.readme)
         for problem in problems:
             print(f"out of date: {problem}", file=sys.stderr)
+        for unchecked in lifecycle_diagrams.unchecked(output):
+            print(f"not checked: {unchecked}", file=sys.stderr)
         if problems:
-            print("Run `coordinator diagrams` and commit the result.", file=sys.stderr)
+            print(
+                "Run `coordinator diagrams` to regenerate them (in the source checkout: and "
+                "commit the result).",
+                file=sys.stderr,
+            )
             return 1
-        print(f"{output}, {args.docs}: diagrams and tables match the lifecycle definition")
+        print(f"{targets}: match the lifecycle definition")
         return 0
     for path in lifecycle_diagrams.write(output, args.docs, args.readme):
         print(f"wrote {path}")
+    svg_unavailable = lifecycle_diagrams.svg_unavailable()
+    if svg_unavailable is not None:
+        print(f"skipped {output / lifecycle_diagrams.SVG_FILE}: {svg_unavailable}", file=sys.stderr)
     return 0
 
 
