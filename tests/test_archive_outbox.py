@@ -369,6 +369,8 @@ def test_coordinator_archives_prints_the_entries_without_a_record(
     config: CoordinatorConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = ["--data-dir", str(tmp_path / "var")]
+    assert main(["db", "upgrade", *data]) == 0  # `archives` only reads: it creates no database
+    capsys.readouterr()
     assert main(["archives", *data]) == 0
     assert capsys.readouterr().out.startswith(
         f"archive storage {config.archive_directory}: 0 entries, 0 recorded"
