@@ -35,6 +35,8 @@ differences from CLP's Python model:
 * ``archive_output.storage.s3_config.key_prefix``'s rule is reported on ``key_prefix`` itself.
 * ``AwsAuthentication``'s rules are CLP's; the messages are reworded slightly, and a value that is
   not a mapping gets pydantic's own error.
+* ``compression_coordinator.logging_level`` is read (CLP's model has no such field; its Helm
+  values have one, fed to ``RUST_LOG``): the service's log level (``coordinator.config.log_level``).
 * ``package`` models only ``storage_engine`` (``query_engine`` is not the coordinator's concern).
 * The models are frozen: CLP updates its models in place (paths made absolute, credentials loaded);
   here such changes produce copies (``model_copy``).
