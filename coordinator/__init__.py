@@ -7,7 +7,8 @@ before it (the README's "Layout" has the table of what each may import).
   or an operator can cause), ``zstd_frames`` (zstd read as Spider and CLP read it), ``serde`` (Rust
   ``serde``/``rmp_serde``-compatible structs), ``task_io`` (the values CLP's Spider tasks take and
   return), ``partition`` (CLP's partitioning and input checks), ``job_config`` (the
-  ``compression_jobs.clp_config`` blob).
+  ``compression_jobs.clp_config`` blob); beside them ``metrics`` (every Prometheus metric, so
+  each part counts its own events), which imports only ``prometheus_client``.
 * ``spider``: the Spider port (the one interface to Spider), execution policies, the task graph,
   the wire formats, and the gRPC client and protocol definition of a Spider cluster.
 * ``lifecycle``: the job state machine (statuses, edges, actors), the status numbers and stored

@@ -52,6 +52,7 @@ from typing import cast
 
 from sqlalchemy import Connection, Engine, Table, and_, inspect, or_, select
 
+from coordinator import metrics
 from coordinator.archive_storage import ArchiveOutputSettings, FsArchiveOutput
 from coordinator.archive_storage.storage import (
     TEMPORARY_SUFFIX,
@@ -146,13 +147,16 @@ def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) 
             ", ".join(unexpected[:REPORTED_LOCATIONS]),
         )
     if withdrawn:
+        metrics.ARCHIVES_WITHDRAWN.labels("foreign_end").inc(len(withdrawn))
         _log.warning(
             "job %d ended %s by another writer after its commit: withdrew %d published archive(s)",
             job_id,
             state.label,
             len(withdrawn),
         )
-    return Settled(withdrawn=len(withdrawn), removed=_remove(engine, output, to_remove))
+    removed = _remove(engine, output, to_remove)
+    metrics.STORED_ARCHIVES_REMOVED.labels("ended_job").inc(removed)
+    return Settled(withdrawn=len(withdrawn), removed=removed)
 
 
 def settle_unattributed_archives(
@@ -172,7 +176,9 @@ def settle_unattributed_archives(
         }
         to_remove = [r for r in orphans if (r.dataset, r.archive_id) not in published]
         claim_for_removal(connection, [r.id for r in to_remove if r.id is not None])
-    return _remove(engine, output, to_remove)
+    removed = _remove(engine, output, to_remove)
+    metrics.STORED_ARCHIVES_REMOVED.labels("unattributed").inc(removed)
+    return removed
 
 
 def _is_published(connection: Connection, dataset: str, archive_id: str) -> bool:
@@ -196,6 +202,7 @@ def _remove(
         try:
             remove_archive(output, record.location)
         except Exception:
+            metrics.STORED_ARCHIVE_REMOVAL_ERRORS.inc()
             _log.exception("cannot remove archive %s; it stays recorded", record.location)
             continue
         if record.id is not None:

@@ -39,6 +39,7 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from coordinator import metrics
 from coordinator.archive_storage import ArchiveOutputSettings
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import JobStatus
@@ -109,6 +110,9 @@ class Coordinator:
         self.driven, self.store, self.spider = self.loop.driven, self.loop.store, spider
         self.settings, self.instance_id = settings, self.loop.instance_id
         self.stopping = threading.Event()
+        self.last_activity = self.loop.monotonic()
+        """When the loop last started or ended a tick (or was built), on the loop's clock: the
+        liveness check (``coordinator.service.health.loop_liveness``) reads it."""
         self._claim_retry_at = 0.0
         self._phase_failures = 0
         self.resource_group = ResourceGroup(engine, spider, settings.resource_group.name)
@@ -132,11 +136,13 @@ class Coordinator:
             try:
                 report = self.tick()
             except SQLAlchemyError as error:
+                metrics.TICK_FAILURES.labels("database").inc()
                 self.stopping.wait(outage.failed(error))
                 continue
             except Exception:
                 # Nothing a row holds may stop the service: a bug outside one job's handling is
                 # logged and the tick retried after a pause, like an outage.
+                metrics.TICK_FAILURES.labels("unexpected").inc()
                 _log.exception("unexpected error in a tick; retrying")
                 self.stopping.wait(max(interval, 1.0))
                 continue
@@ -148,7 +154,22 @@ class Coordinator:
         self.release_leases()
 
     def tick(self) -> TickReport:
-        """One round of the loop; raises SQLAlchemy's errors when the database is unavailable."""
+        """One round of the loop; raises SQLAlchemy's errors when the database is unavailable.
+
+        Measured (``coordinator.metrics``: its duration, the jobs driven after it, when it ended),
+        and ``last_activity`` is set when it starts and when it ends (liveness).
+        """
+        started = time.perf_counter()
+        self.last_activity = self.loop.monotonic()
+        try:
+            return self._tick()
+        finally:
+            metrics.TICK_DURATION.observe(time.perf_counter() - started)
+            metrics.JOBS_DRIVEN.set(len(self.driven))
+            metrics.LAST_TICK.set_to_current_time()
+            self.last_activity = self.loop.monotonic()
+
+    def _tick(self) -> TickReport:
         report = TickReport()
         self._guarded_phase("lease renewal", self.leases.renew)
         self.cancels.serve()

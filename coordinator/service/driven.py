@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine
 
+from coordinator import metrics
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import (
     UNPUBLISHED,
@@ -152,8 +153,16 @@ class Loop:
                 _log.warning("not finalised: %s", gap, extra=job.log())
                 self.react(job, UNPUBLISHED, error=gap)
             return
-        effects = self._withdraw(job) if reaction.withdraws else None
-        self.move(job, reaction.trigger, reaction.target, message, effects)
+        if not reaction.withdraws:
+            self.move(job, reaction.trigger, reaction.target, message)
+            return
+        withdrawn: list[int] = []
+        result = self.move(
+            job, reaction.trigger, reaction.target, message, self._withdraw(job, withdrawn)
+        )
+        if isinstance(result, Applied):
+            metrics.ROLLBACKS.labels(reaction.target.name.lower()).inc()
+            metrics.ARCHIVES_WITHDRAWN.labels("rollback").inc(sum(withdrawn))
 
     @staticmethod
     def _require_publication(job: DrivenJob) -> Effects:
@@ -167,12 +176,14 @@ class Loop:
         return require_publication
 
     @staticmethod
-    def _withdraw(job: DrivenJob) -> Effects:
+    def _withdraw(job: DrivenJob, counts: list[int]) -> Effects:
+        """The effects of a rollback's move; each run appends how many rows it withdrew."""
         assert job.spider_id is not None
         job_id, spider_id = job.job_id, job.spider_id
 
         def withdraw(connection: Connection, _: Applied) -> None:
             withdrawn = withdraw_archives(connection, job_id, spider_id)
+            counts.append(len(withdrawn))
             _log.info("rolled back %d published archive(s)", len(withdrawn), extra=job.log())
 
         return withdraw

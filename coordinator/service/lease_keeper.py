@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from coordinator import metrics
 from coordinator.job_config import S3_OBJECT_METADATA, UndecodableJobConfig, peek_input_type
 from coordinator.lifecycle import JobStatus
 from coordinator.service import crashpoints
@@ -62,6 +63,7 @@ class LeaseKeeper:
             owner=self.loop.instance_id,
             expires=self.loop.store.clock() + self.lease_duration,
         )
+        metrics.LEASES_LOST.inc(len(lost))
         for job_id in lost:
             job = self.loop.driven.pop(job_id)
             _log.warning("lease lost: another coordinator took the job over", extra=job.log())
@@ -99,6 +101,9 @@ class LeaseKeeper:
             is_ours=self._is_ours,
             skip=self._foreign | set(self.loop.driven),
         )
+        metrics.CLAIMS.labels("taken_over").inc(len(taken))
+        metrics.CLAIMS.labels("recorded").inc(len(recorded))
+        metrics.CLAIMS.labels("pending").inc(len(claimed))
         init = self.loop.settings.result_polling.init_backoff_millisecs
         for lease in [*taken, *recorded, *claimed]:
             job = DrivenJob(

@@ -14,7 +14,8 @@ followed by a check of the matched row count and, when it matched, the history r
 comes from ``coordinator.lifecycle`` (``plan_transition``), so an illegal move is refused before any
 SQL runs. Zero matched rows is a normal outcome: the job moved on (or another writer, such as CLP's
 legacy scheduler, got there first) and the caller receives a ``LostRace`` saying what the row holds
-now, or ``NotFound``. Nothing is overwritten.
+now, or ``NotFound``. Nothing is overwritten. Each lost race is counted, by trigger
+(``clp_coordinator_lost_races_total``, ``coordinator.metrics``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import cast
 
 from sqlalchemy import ColumnElement, Connection, Table, and_, func, insert, select, update
 
+from coordinator import metrics
 from coordinator.errors import CoordinatorError
 from coordinator.lifecycle import (
     DEFAULT_COMMITTED_STORAGE,
@@ -164,7 +166,10 @@ def apply_transition(
         .values(status=stored_status(edge.dest, committed_storage), **values)
     ).rowcount
     if matched != 1:
-        return _explain_no_match(connection, request)
+        outcome = _explain_no_match(connection, request)
+        if isinstance(outcome, LostRace):
+            metrics.LOST_RACES.labels(edge.trigger.value).inc()
+        return outcome
     history_id = connection.execute(
         insert(_history).values(
             job_id=request.job_id,

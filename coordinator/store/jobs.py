@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from functools import cached_property
 from typing import cast
 
-from sqlalchemy import Connection, Engine, Table, insert, select, text
+from sqlalchemy import Connection, Engine, Table, func, insert, select, text
 from sqlalchemy.orm import Session
 
+from coordinator import metrics
 from coordinator.errors import CoordinatorError
 from coordinator.lifecycle import (
     DEFAULT_COMMITTED_STORAGE,
+    EDGES,
     IN_FLIGHT_STATUS_VALUES,
+    Actor,
     CommittedStorage,
     JobStatus,
     state_of,
@@ -34,6 +38,11 @@ _jobs = cast(Table, CompressionJob.__table__)
 
 Effects = Callable[[Connection, Applied], None]
 """Statements that must commit with a move, or not at all (publish or withdraw archives...)."""
+
+for _edge in EDGES:  # the loop's moves are exported from the start, at zero
+    if Actor.COORDINATOR in _edge.actors:
+        metrics.TRANSITIONS.labels(_edge.trigger.value, Actor.COORDINATOR.value)
+        metrics.LOST_RACES.labels(_edge.trigger.value)
 
 
 class JobStore:
@@ -57,14 +66,17 @@ class JobStore:
 
         If ``effects`` raises, nothing of the move is kept (the transaction rolls back) and the
         exception propagates. Raises ``IllegalTransition``/``InvalidTransitionRequest`` before any
-        SQL, and SQLAlchemy's ``DBAPIError`` family when the database fails.
+        SQL, and SQLAlchemy's ``DBAPIError`` family when the database fails. A move is counted
+        (``clp_coordinator_transitions_total``) once its transaction committed.
         """
         validate_request(request)  # before BEGIN: a refused request must not take any lock
         with self.engine.begin() as connection:
             result = self.apply(connection, request)
             if isinstance(result, Applied) and effects is not None:
                 effects(connection, result)
-            return result
+        if isinstance(result, Applied):
+            metrics.TRANSITIONS.labels(result.edge.trigger.value, request.actor.value).inc()
+        return result
 
     def apply(self, connection: Connection, request: TransitionRequest) -> TransitionResult:
         """Apply ``request`` inside the caller's transaction (see ``apply_transition``)."""
@@ -128,6 +140,27 @@ class JobStore:
             rows = session.scalars(query.order_by(JobTransition.id)).all()
             session.expunge_all()
             return rows
+
+
+UNKNOWN_STATUS = "unknown"
+"""The label of rows whose status no one defines, in ``jobs_by_status``."""
+
+
+def jobs_by_status(engine: Engine) -> dict[str, int]:
+    """How many rows of ``compression_jobs`` hold each lifecycle state, by lower-case name
+    (``pending`` … ``killed``, every one present, zero included), plus ``unknown`` when rows
+    hold a status no one defines. One ``GROUP BY`` query. Raises the driver's errors."""
+    committed = _jobs.c.committed_at.is_not(None).label("committed")
+    query = select(_jobs.c.status, committed, func.count()).group_by(_jobs.c.status, committed)
+    counts = {status.name.lower(): 0 for status in JobStatus}
+    with engine.connect() as connection:
+        for status, is_committed, count in connection.execute(query):
+            try:
+                name = state_of(int(status), datetime.min if is_committed else None).name.lower()
+            except ValueError:
+                name = UNKNOWN_STATUS
+            counts[name] = counts.get(name, 0) + int(count)
+    return counts
 
 
 def job_state(job: CompressionJob) -> JobStatus:

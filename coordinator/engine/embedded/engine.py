@@ -120,7 +120,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.sql.dml import Update
 
 from coordinator.engine.embedded.faults import Fault
-from coordinator.engine.embedded.manager import Assignment, ExecutionManager
+from coordinator.engine.embedded.manager import TERMINATION_TASKS, Assignment, ExecutionManager
 from coordinator.engine.embedded.protocol import Reply, Request
 from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.engine.tasks.scratch import sweep_scratch
@@ -167,7 +167,7 @@ STATE_NAMES = {
     JobState.CANCELLED: "Cancelled",
 }
 _STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
-COMMIT, CLEANUP = "commit", "cleanup"
+COMMIT, CLEANUP = TERMINATION_TASKS
 INTERNAL_ERROR = "storage service internal error"
 
 _jobs_table = cast(Table, EngineJob.__table__)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from coordinator import metrics
 from coordinator.engine.embedded.protocol import (
     ExecutorGone,
     Reply,
@@ -30,6 +31,8 @@ from coordinator.engine.embedded.protocol import (
     write_message,
 )
 
+TERMINATION_TASKS = ("commit", "cleanup")
+"""The task ids of a job's commit and cleanup tasks (every other task id is a regular task's)."""
 EXECUTOR_START_TIMEOUT_SECS = 120.0
 """How long a new executor may take to import its task packages before it counts as crashed."""
 
@@ -111,20 +114,33 @@ class ExecutionManager(threading.Thread):
             process.kill()
 
     def _execute(self, assignment: Assignment) -> Reply:
+        """Run the instance; its reply (a hard timeout or a crash as Spider reports them).
+
+        Counted by outcome (``clp_coordinator_engine_task_instances_total``), unless the engine
+        is closing (its instances are killed then, not ended)."""
         try:
             process = self._executor()
             assert process.stdin is not None and process.stdout is not None
             deadline = time.monotonic() + assignment.hard_timeout_ms / 1000
             write_message(process.stdin, assignment.request)
-            return read_reply(process.stdout.fileno(), deadline)
+            reply = read_reply(process.stdout.fileno(), deadline)
         except ReplyTimeout:
             self._discard(kill=True)
             self._gone(assignment.request)
+            self._count(assignment.request, "timed_out")
             return Reply(error=hard_timeout_exceeded(assignment.hard_timeout_ms))
         except (ExecutorGone, OSError):
             returncode = self._discard()
             self._gone(assignment.request)
+            self._count(assignment.request, "crashed")
             return Reply(error=executor_crashed(returncode))
+        self._count(assignment.request, "succeeded" if reply.error is None else "failed")
+        return reply
+
+    def _count(self, request: Request, outcome: str) -> None:
+        if not self._stopping.is_set():
+            task = request.task_id if request.task_id in TERMINATION_TASKS else "regular"
+            metrics.ENGINE_TASK_INSTANCES.labels(task, outcome).inc()
 
     def _gone(self, request: Request) -> None:
         if self._instance_gone is None:
