@@ -54,7 +54,9 @@ from coordinator.job_config import (
 )
 from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator, default_instance_id
+from coordinator.service.monitoring import MonitoringServer, start_monitoring
 from coordinator.spider.grpc.client import GrpcSpider
+from coordinator.spider.measured import MeasuredSpider
 from coordinator.spider.port import SpiderPort
 from coordinator.store import migrate
 from coordinator.store.database import (
@@ -193,9 +195,13 @@ class Runtime:
     """The connection to a Spider cluster, when the engine is ``spider``."""
     presence: Presence | None = None
     """This coordinator's row in ``coordinator_instances`` (its heartbeat)."""
+    monitor: MonitoringServer | None = None
+    """``/metrics``, ``/healthz`` and ``/readyz``, when ``coordinator.metrics_port`` is set."""
 
     def close(self) -> None:
         """Stop the embedded engine (its running tasks die and resume at the next start)."""
+        if self.monitor is not None:
+            self.monitor.close()
         if self.embedded is not None:
             self.embedded.close()
         if self.client is not None:
@@ -284,8 +290,11 @@ def open_runtime(
 
     The engine is the in-process embedded engine, or, for ``engine: spider``, the Spider cluster
     (or ``coordinator spider serve``) at ``spider.host:spider.port`` over gRPC. Raises
-    ``ConfigError`` for the start-up refusals of the module docstring, ``SchemaNotCurrent`` and
-    the database's errors.
+    ``ConfigError`` for the start-up refusals of the module docstring and for a
+    ``coordinator.metrics_port`` that cannot be bound, ``SchemaNotCurrent`` and the database's
+    errors. With ``coordinator.metrics_port`` set, ``/metrics``, ``/healthz`` and ``/readyz`` are
+    served until ``close`` (``coordinator.service.monitoring``). Spider is reached through
+    ``MeasuredSpider``, which measures every call.
     """
     legacy = legacy_scheduler_problem(config)
     if legacy is not None:
@@ -320,12 +329,12 @@ def open_runtime(
         except BaseException:
             presence.close()
             raise
-        spider = embedded
+        spider = MeasuredSpider(embedded)
     else:
         endpoint = config.clp.spider or Spider()
         _warn_about_upstream_requirements(config)
         client = GrpcSpider(endpoint.host, endpoint.port)
-        spider = client
+        spider = MeasuredSpider(client)
     coordinator = Coordinator(
         engine=engine,
         spider=spider,
@@ -338,9 +347,20 @@ def open_runtime(
         cleanup_task=cleanup_task_of(config),
         leaves_job=leaves_jobs_not_naming(config.object_store_directory) if standalone else None,
     )
-    return Runtime(
+    runtime = Runtime(
         config, engine, JobStore(engine), spider, coordinator, embedded, client, presence
     )
+    if config.extras.metrics_port is not None:
+        try:
+            runtime.monitor = start_monitoring(config, engine, coordinator)
+        except OSError as error:
+            runtime.close()
+            where = f"{config.extras.metrics_host}:{config.extras.metrics_port}"
+            reason = error.strerror or str(error)
+            raise ConfigError(
+                config.source, [f"coordinator.metrics_port: cannot listen on {where}: {reason}"]
+            ) from None
+    return runtime
 
 
 def embedded_spider(

@@ -167,6 +167,16 @@ class CoordinatorExtras(BaseModel):
     ``compression_scheduler``), so a CLP file without a ``compression_coordinator`` section may be
     used anyway. Unset: such a file is refused at start-up (``legacy_scheduler_problem``)."""
 
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    """The port on which ``coordinator run`` serves ``/metrics`` (Prometheus), ``/healthz`` and
+    ``/readyz`` (``coordinator.service.monitoring``); 0: any free port (logged). Unset (the
+    default, the embedded demo's too): no port is opened."""
+
+    metrics_host: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)] = "0.0.0.0"
+    """The address the metrics port listens on: every IPv4 interface by default (a scraper or a
+    kubelet reaches it from outside the host or pod); ``127.0.0.1`` keeps it local, ``::`` is
+    every IPv6 one."""
+
 
 # --- Errors ------------------------------------------------------------------------------------
 

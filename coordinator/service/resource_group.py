@@ -112,7 +112,7 @@ class ResourceGroup:
                     f"the engine's resource group {self.name!r} has another password: {error}"
                 ) from error
         for _ in range(3):
-            stored = self._stored()
+            stored = self.stored_id()
             if stored is not None:
                 try:
                     self.spider.verify_resource_group(stored, self.password)
@@ -130,7 +130,7 @@ class ResourceGroup:
         found = self._find_unrecorded()
         if found is not None:
             recorded = self._record(found)
-            stored = recorded if recorded is not None else self._stored()
+            stored = recorded if recorded is not None else self.stored_id()
             if stored is not None:
                 return stored
         raise ResourceGroupUnavailable(
@@ -163,7 +163,9 @@ class ResourceGroup:
             return candidate
         return None
 
-    def _stored(self) -> int | None:
+    def stored_id(self) -> int | None:
+        """The id ``spider_resource_groups`` records for the name (a Spider cluster's), or
+        ``None``; only reads. Raises the driver's errors."""
         with self.engine.connect() as connection:
             value = connection.execute(
                 select(_groups.c.rg_id).where(_groups.c.rg_name == self.name)
