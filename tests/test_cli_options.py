@@ -4,6 +4,7 @@ and the one database resolver that ``alembic`` shares."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import subprocess
@@ -105,12 +106,14 @@ def test_every_command_and_option_is_described() -> None:
             if isinstance(choices, dict):  # the commands
                 for command, sub in choices.items():
                     walk(sub, f"{path} {command}")
-            elif action.dest != "help" and action.dest != "version" and not action.help:
+            elif action.dest not in {"help", "version"} and not action.help:
                 undescribed.append(f"{name}: no help")
-            elif action.option_strings and action.default not in (None, False, "==SUPPRESS=="):
-                # An option with a default says it (global options say theirs in words).
-                if "default" not in (action.help or ""):
-                    undescribed.append(f"{name}: no default in its help")
+            elif (
+                action.option_strings
+                and action.default not in (None, False, argparse.SUPPRESS)
+                and "default" not in (action.help or "")
+            ):
+                undescribed.append(f"{name}: no default in its help")
 
     walk(parser, "coordinator")
     assert undescribed == []
@@ -360,3 +363,29 @@ def test_the_log_file_rolls_every_hour_under_clps_names(tmp_path: Path) -> None:
     handler.close()
     assert (tmp_path / "compression_coordinator.log.2026-12-01-10").read_text() == "first\nsecond\n"
     assert (tmp_path / "compression_coordinator.log.2026-12-01-11").read_text() == "third\n"
+
+
+# --- coordinator health ------------------------------------------------------------------------
+
+
+def test_health_prints_one_line_per_check_and_exits_by_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = ["--data-dir", str(tmp_path / "var")]
+    assert main(["health", *data]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "FAIL database",
+        "FAIL schema",
+        "ok   spider",
+        "FAIL resource group",
+    ]
+    assert not (tmp_path / "var").exists()
+    assert main(["db", "upgrade", "0001", *data]) == 0
+    capsys.readouterr()
+    assert main(["health", *data]) == 1
+    assert "FAIL schema: " in capsys.readouterr().out
+    assert main(["db", "upgrade", *data]) == 0
+    capsys.readouterr()
+    assert main(["health", *data]) == 0
+    assert all(line.startswith("ok   ") for line in capsys.readouterr().out.splitlines())

@@ -50,7 +50,7 @@ from coordinator.runtime import (
     open_existing_engine,
     open_runtime,
 )
-from coordinator.service import logs
+from coordinator.service import health, logs
 from coordinator.service.cleanup import reconcile_archive_storage
 from coordinator.service.ingest import (
     DEFAULT_BUCKET,
@@ -302,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and how each state is stored in compression_jobs.",
         uses_database=False,
     )
+    command(
+        "health",
+        _health,
+        "check the database, the schema and Spider; exit 1 if any fails",
+        "Check that the database answers, its schema is current, Spider is reachable and the "
+        "resource group verified; one line per check, exit 0 when all pass, 1 otherwise (for "
+        "container health checks). Reads only.",
+    )
     archives = command(
         "archives",
         _archives,
@@ -472,6 +480,13 @@ def _archives(args: argparse.Namespace) -> int:
         for location in found.unrecorded:
             print(location)
     return 1 if found.unrecorded else 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    checks = health.run_health_checks(_reading(args))
+    for check in checks:
+        print(check.line())
+    return 0 if health.all_ok(checks) else 1
 
 
 def _spider_serve(args: argparse.Namespace) -> int:
