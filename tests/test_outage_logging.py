@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
+from coordinator import metrics
 from coordinator.config.loader import load_config
 from coordinator.lifecycle import JobStatus
 from coordinator.runtime import archive_output_of
@@ -34,6 +35,7 @@ from tests.sample_logs import write_json_logs
 from tests.timing import wait_until
 
 LOGGER = "coordinator.service.coordinator"
+TICK_FAILURES = "clp_coordinator_tick_failures_total"
 
 
 def test_an_outage_is_one_line_then_summaries_at_growing_intervals(tmp_path: Path) -> None:
@@ -86,6 +88,8 @@ def test_the_service_logs_an_outage_without_tracebacks_and_reports_its_end(
         archive_output=archive_output_of(config),
         instance_id="outage",
     )
+    failed_ticks = {"cause": "database"}
+    before = metrics.REGISTRY.get_sample_value(TICK_FAILURES, failed_ticks) or 0.0
     thread = threading.Thread(target=coordinator.run)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         thread.start()
@@ -105,6 +109,9 @@ def test_the_service_logs_an_outage_without_tracebacks_and_reports_its_end(
     assert messages[2].startswith("the database is available again after ")
     assert len(messages) == 3
     assert all(record.exc_info is None for record in caplog.records)
+    # Every failed tick is counted, though only three lines were logged.
+    failed = (metrics.REGISTRY.get_sample_value(TICK_FAILURES, failed_ticks) or 0.0) - before
+    assert failed >= 2
     engine.dispose()
 
 
