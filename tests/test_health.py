@@ -27,6 +27,7 @@ from coordinator.service.health import (
     EMBEDDED_SPIDER,
     HealthCheck,
     all_ok,
+    readiness,
     run_health_checks,
 )
 from coordinator.service.monitoring import start_monitoring
@@ -366,3 +367,15 @@ def test_the_metrics_port_is_off_by_default_and_checked(tmp_path: Path) -> None:
     assert raised.value.problems == (
         "coordinator.metrics_port: Input should be less than or equal to 65535",
     )
+
+
+def test_readiness_fails_when_the_database_does_not_answer(tmp_path: Path) -> None:
+    engine = create_database_engine(f"sqlite:///{tmp_path}/gone/coordinator.db")
+    try:
+        checks = readiness(engine, None, "embedded")
+    finally:
+        engine.dispose()
+    # The schema is not asked of a database that does not answer.
+    assert [(check.name, check.ok) for check in checks] == [("database", False), ("spider", True)]
+    assert "unable to open database file" in checks[0].detail
+    assert not (tmp_path / "gone").exists()
