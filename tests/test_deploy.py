@@ -384,14 +384,15 @@ def test_the_entrypoint_is_executable_strict_bash() -> None:
     assert "\nset -euo pipefail\n" in text
 
 
-def test_shellcheck_finds_nothing_in_the_entrypoint() -> None:
+def _assert_linter_finds_nothing(tool: str, *arguments: str) -> None:
     result = subprocess.run(
-        [str(TOOLS / "shellcheck"), "--severity=style", str(ENTRYPOINT)],
-        capture_output=True,
-        text=True,
-        check=False,
+        [str(TOOLS / tool), *arguments], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_shellcheck_finds_nothing_in_the_entrypoint() -> None:
+    _assert_linter_finds_nothing("shellcheck", "--severity=style", str(ENTRYPOINT))
 
 
 # --- the Dockerfile ----------------------------------------------------------------------------
@@ -456,13 +457,7 @@ def _final(keyword: str) -> Instruction:
 
 
 def test_hadolint_finds_nothing_in_the_dockerfile() -> None:
-    result = subprocess.run(
-        [str(TOOLS / "hadolint"), "--no-color", str(DOCKERFILE)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _assert_linter_finds_nothing("hadolint", "--no-color", str(DOCKERFILE))
 
 
 def test_the_wheel_is_built_in_a_stage_of_its_own() -> None:
