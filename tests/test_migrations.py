@@ -774,3 +774,107 @@ def test_alembic_s_own_command_line_refuses_the_downgrade_too(tmp_path: os.PathL
         assert migrate.current_revision(engine) == migrate.head_revision()
     finally:
         engine.dispose()
+
+
+# --- the schema check without alembic (start-up time, issue 14) ---------------------------------
+
+
+def test_the_head_read_from_the_revision_files_is_alembic_s_head() -> None:
+    from alembic.script import ScriptDirectory
+
+    alembic_head = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
+    assert migrate.plain_chain_head(PROJECT_ROOT / "migrations" / "versions") == alembic_head
+    assert migrate.head_revision() == alembic_head
+
+
+def _revision_file(revision: str, down: str | None, extra: str = "") -> str:
+    return f'revision: str = "{revision}"\ndown_revision: str | None = {down!r}\n{extra}'
+
+
+@pytest.mark.parametrize(
+    ("files", "head"),
+    [
+        ({"a.py": _revision_file("a", None), "b.py": _revision_file("b", "a")}, "b"),
+        # alembic's listing: neither __init__.py nor editor droppings are revisions
+        (
+            {
+                "a.py": _revision_file("a", None),
+                "__init__.py": "",
+                ".#b.py": "x",
+                "notes.txt": "x",
+            },
+            "a",
+        ),
+        # anything but one plain chain is alembic's to answer
+        (
+            {
+                "a.py": _revision_file("a", None),
+                "b.py": _revision_file("b", "a"),
+                "c.py": _revision_file("c", "a"),
+            },
+            None,
+        ),
+        (
+            {
+                "a.py": _revision_file("a", None),
+                "b.py": 'revision = "b"\ndown_revision = ("a", "x")\n',
+            },
+            None,
+        ),
+        ({"a.py": _revision_file("a", None, 'branch_labels = ("x",)\n')}, None),
+        ({"a.py": _revision_file("a", None, 'depends_on = "y"\n')}, None),
+        ({"a.py": 'revision = "a" + "b"\ndown_revision = None\n'}, None),
+        ({"a.py": _revision_file("a", None), "b.py": _revision_file("b", "missing")}, None),
+        (
+            {
+                "a.py": _revision_file("a", None),
+                "b.py": _revision_file("b", "c"),
+                "c.py": _revision_file("c", "b"),
+                "d.py": _revision_file("d", "a"),
+            },
+            None,
+        ),
+        ({"a.py": _revision_file("a", None), "b.py": _revision_file("a", None)}, None),
+        ({"a.py": "def (:"}, None),
+        ({}, None),
+    ],
+)
+def test_the_head_is_read_only_from_a_plain_chain_of_revisions(
+    tmp_path: os.PathLike[str], files: dict[str, str], head: str | None
+) -> None:
+    from pathlib import Path
+
+    versions = Path(tmp_path)
+    for name, source in files.items():
+        (versions / name).write_text(source)
+    assert migrate.plain_chain_head(versions) == head
+
+
+def test_the_current_revision_is_read_as_alembic_reads_it(engine: Engine) -> None:
+    def alembic_current() -> str | None:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    assert migrate.current_revision(engine) is None  # no version table
+    migrate.upgrade(engine, "0003")
+    assert migrate.current_revision(engine) == alembic_current() == "0003"
+    migrate.upgrade(engine)
+    assert migrate.current_revision(engine) == alembic_current() == migrate.head_revision()
+    migrate.downgrade(engine, "base")
+    assert migrate.current_revision(engine) is None  # an empty version table
+    assert alembic_current() is None
+
+
+def test_upgrading_a_current_schema_runs_no_migration(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrate.upgrade(engine)
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("alembic ran on a current schema")
+
+    monkeypatch.setattr(migrate, "_run", refuse)
+    migrate.upgrade(engine)
+    migrate.upgrade(engine, "head")
+    with pytest.raises(AssertionError):
+        migrate.upgrade(engine, migrate.head_revision())  # an explicit one is alembic's
