@@ -20,23 +20,30 @@ Statuses are the lifecycle's names (``Pending`` … ``Committed``); times are IS
 ``jobs`` filters (``list_jobs``): lifecycle statuses (``parse_statuses``: case-insensitive,
 repeatable or comma-separated), a dataset, a creation time (``parse_since``: an ISO 8601 date or
 time, naive meaning UTC, or an age such as ``30m``, ``2h``, ``7d``) and a limit (``parse_limit``: a
-positive number or ``all``). A mistyped filter raises ``InvalidFilter``.
+positive number or ``all``; the filters themselves: ``coordinator.cli.job_filters``, re-exported
+here). A mistyped filter raises ``InvalidFilter``.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Engine, Row, Table, and_, or_, select
 
-from coordinator.errors import CoordinatorError
-from coordinator.lifecycle import LIFECYCLE_ORDER, JobStatus, describe_status, describe_stored
+from coordinator.cli.job_filters import (
+    DEFAULT_LIMIT,
+    STATUS_NAMES,
+    InvalidFilter,
+    naive_utc,
+    parse_limit,
+    parse_since,
+    parse_statuses,
+)
+from coordinator.lifecycle import JobStatus, describe_status, describe_stored
 from coordinator.service.prepare import known_dataset_of
 from coordinator.store.archives import published_archives_of_job
-from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table
 from coordinator.store.guarded import in_state
 from coordinator.store.jobs import JobStore, NoSuchJob
@@ -44,97 +51,30 @@ from coordinator.store.names import InvalidDatasetName, validate_dataset_name
 from coordinator.store.schema import CompressionJob
 from coordinator.store.stored_archives import stored_archives_of_job
 
+__all__ = [
+    "DEFAULT_LIMIT",
+    "STATUS_NAMES",
+    "InvalidFilter",
+    "format_job",
+    "format_jobs",
+    "list_jobs",
+    "parse_limit",
+    "parse_since",
+    "parse_statuses",
+    "show_job",
+]
+
 _jobs = cast(Table, CompressionJob.__table__)
-
-DEFAULT_LIMIT = 100
-"""How many jobs ``jobs`` lists without ``--limit``."""
-
-STATUS_NAMES: tuple[str, ...] = tuple(state.label for state in LIFECYCLE_ORDER)
-"""The names ``--status`` accepts (in any case), in the lifecycle's order."""
 
 _BATCH = 500
 """Rows read at a time while a dataset filter (decoded from each job's config) is applied."""
-
-_AGE = re.compile(r"(\d+)\s*([smhdw])", re.IGNORECASE)
-_AGE_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-class InvalidFilter(CoordinatorError, ValueError):
-    """A ``jobs`` filter that names no status, no time, no valid dataset or no valid limit."""
 
 
 def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat(timespec="milliseconds") + "Z"
 
 
-# --- filters -----------------------------------------------------------------------------------
-
-
-def parse_statuses(values: Iterable[str]) -> tuple[str, ...]:
-    """The lifecycle names in ``values`` (each one name or a comma-separated list, in any case),
-    without repeats, in the order given; raises ``InvalidFilter`` naming the valid names."""
-    names: list[str] = []
-    given = False
-    for value in values:
-        given = True
-        for part in value.split(","):
-            word = part.strip()
-            if not word:
-                continue
-            try:
-                label = JobStatus.from_label(word).label
-            except KeyError:
-                raise InvalidFilter(
-                    f"unknown status {word!r}: use one of {', '.join(STATUS_NAMES)} "
-                    "(any case; repeat --status or separate names with commas)"
-                ) from None
-            if label not in names:
-                names.append(label)
-    if given and not names:
-        raise InvalidFilter(f"no status given: use one of {', '.join(STATUS_NAMES)}")
-    return tuple(names)
-
-
-def parse_since(text: str, *, now: datetime | None = None) -> datetime:
-    """The instant ``text`` names, as naive UTC: an ISO 8601 date (``2024-05-01``: its midnight)
-    or date and time (``2024-05-01T12:30``, ``…Z``, ``…+02:00``; without an offset: UTC), or an
-    age before ``now`` (default: the clock's now) such as ``90s``, ``30m``, ``2h``, ``7d``,
-    ``1w``. Raises ``InvalidFilter``."""
-    word = text.strip()
-    age = _AGE.fullmatch(word)
-    if age is not None:
-        amount, unit = int(age.group(1)), age.group(2).lower()
-        try:
-            return (now or utc_now()) - timedelta(**{_AGE_UNITS[unit]: amount})
-        except OverflowError:
-            raise InvalidFilter(f"--since {text!r} reaches back before year 1") from None
-    try:
-        instant = datetime.fromisoformat(word)
-    except ValueError:
-        raise InvalidFilter(
-            f"cannot read --since {text!r}: use an ISO 8601 date or time (2024-05-01, "
-            "2024-05-01T12:30, 2024-05-01T12:30+02:00; without an offset: UTC) or an age "
-            "(30m, 2h, 7d; units s, m, h, d, w)"
-        ) from None
-    return _naive_utc(instant)
-
-
-def parse_limit(text: str) -> int | None:
-    """``--limit``: a positive number of jobs, or ``all`` (any case) for ``None``, no limit.
-    Raises ``InvalidFilter`` (0 too: it would list nothing; ``all`` says what is meant)."""
-    word = text.strip()
-    if word.lower() == "all":
-        return None
-    if not word.isdigit() or int(word) < 1:
-        raise InvalidFilter(f"invalid --limit {text!r}: use a positive number of jobs, or 'all'")
-    return int(word)
-
-
-def _naive_utc(instant: datetime) -> datetime:
-    """The stored form of an instant: naive UTC (a naive ``instant`` is UTC already)."""
-    if instant.tzinfo is None:
-        return instant
-    return instant.astimezone(UTC).replace(tzinfo=None)
+# --- filters ---------------------------------------------------------------------------------
 
 
 def _dataset_filter(dataset: str) -> str:
@@ -174,7 +114,7 @@ def list_jobs(
     if states:
         conditions.append(or_(*(and_(*in_state(JobStatus.from_label(label))) for label in states)))
     if since is not None:
-        conditions.append(_jobs.c.creation_time >= _naive_utc(since))
+        conditions.append(_jobs.c.creation_time >= naive_utc(since))
     query = select(
         _jobs.c.id,
         _jobs.c.status,

@@ -5,32 +5,28 @@ Global options (``coordinator.cli.options``) work before or after the command. E
 database is unreachable or its schema not current, a job or file does not exist); 2 usage (bad
 arguments, an invalid configuration, an unusable database URL). Every failure an operator can cause
 is one line on stderr naming the cause and the fix; a traceback only with ``--log-level debug``.
+
+A command imports only what it uses: building the parser needs nothing heavy, and each handler
+imports its own parts (the database, the engine, gRPC, the diagrams...) when it runs, so that a
+command's start-up does not pay for the others' (issue 14; ``tests/test_cli_imports.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-
-from sqlalchemy import Engine
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from typing import TYPE_CHECKING
 
 import coordinator
-from coordinator.cli import jobs as job_commands
-from coordinator.cli.demo import run_demo
-from coordinator.cli.lifecycle import print_lifecycle
+from coordinator.cli import job_filters
 from coordinator.cli.options import (
     UsageError,
     add_global_options,
@@ -39,34 +35,20 @@ from coordinator.cli.options import (
     log_level,
     refuse_unused_options,
 )
-from coordinator.config.loader import ConfigError, CoordinatorConfig, database_url, load_config
-from coordinator.config.locations import DATABASE_URL_ENV, SOURCE_CHECKOUT
-from coordinator.engine.grpc_server import SpiderServer, run_server
-from coordinator.lifecycle import diagrams as lifecycle_diagrams
-from coordinator.runtime import (
-    archive_output_of,
-    embedded_spider,
-    open_engine,
-    open_existing_engine,
-    open_runtime,
-)
-from coordinator.service import health, logs
-from coordinator.service.cleanup import reconcile_archive_storage
-from coordinator.service.ingest import (
+from coordinator.config.locations import (
+    DATABASE_URL_ENV,
     DEFAULT_BUCKET,
     DEFAULT_PREFIX,
-    IngestError,
-    S3Location,
-    put_files,
-    submit_job,
+    SOURCE_CHECKOUT,
 )
-from coordinator.service.operator_cancel import request_cancel
-from coordinator.store import migrate
-from coordinator.store.database import NoDatabase, create_database_engine, create_sqlite_directory
-from coordinator.store.downgrade import DowngradeRefused
-from coordinator.store.jobs import JobStore, NoSuchJob
-from coordinator.store.names import InvalidDatasetName
-from coordinator.store.outage import describe_error
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from sqlalchemy import Engine
+
+    from coordinator.config.loader import CoordinatorConfig
+    from coordinator.engine.grpc_server import SpiderServer
 
 Handler = Callable[[argparse.Namespace], int]
 _log = logging.getLogger("coordinator")
@@ -102,8 +84,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _explain(error: Exception) -> tuple[int, str]:
     """The exit code and one line for any failure; a bug says it is one."""
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    from coordinator.config.loader import ConfigError
+    from coordinator.service.ingest import IngestError
+    from coordinator.store import migrate
+    from coordinator.store.database import NoDatabase
+    from coordinator.store.downgrade import DowngradeRefused
+    from coordinator.store.jobs import NoSuchJob
+    from coordinator.store.names import InvalidDatasetName
+    from coordinator.store.outage import describe_error
+
     match error:
-        case ConfigError() | UsageError() | job_commands.InvalidFilter():
+        case ConfigError() | UsageError() | job_filters.InvalidFilter():
             explained = EXIT_USAGE, str(error)
         case (
             migrate.SchemaNotCurrent()
@@ -245,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="STATUS",
         help=(
-            f"only jobs in these states ({', '.join(job_commands.STATUS_NAMES)}; any case; "
+            f"only jobs in these states ({', '.join(job_filters.STATUS_NAMES)}; any case; "
             "repeatable or comma-separated) (default: all)"
         ),
     )
@@ -259,9 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument(
         "--limit",
-        default=str(job_commands.DEFAULT_LIMIT),
+        default=str(job_filters.DEFAULT_LIMIT),
         metavar="N",
-        help=f"at most N jobs, or `all` (default: {job_commands.DEFAULT_LIMIT})",
+        help=f"at most N jobs, or `all` (default: {job_filters.DEFAULT_LIMIT})",
     )
     listing.add_argument(
         "--json", action="store_true", help="print every row as a JSON list (default: a table)"
@@ -379,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace) -> CoordinatorConfig:
+    from coordinator.config.loader import load_config
+
     return load_config(config_path(args), data_dir=getattr(args, "data_dir", None))
 
 
@@ -389,6 +384,8 @@ def _configure_logs(
     *,
     logs_dir: Path | None = None,
 ) -> None:
+    from coordinator.service import logs
+
     configured = None if config is None else config.compression_coordinator.logging_level
     log_format = "text" if config is None else config.extras.log_format
     logs.configure(log_format, log_level(args, configured, default), logs_dir)
@@ -406,6 +403,8 @@ def _existing_database(
     config: CoordinatorConfig, *, require_current: bool = True
 ) -> Iterator[Engine]:
     """The database of a command that must not create or migrate one."""
+    from coordinator.runtime import open_existing_engine
+
     engine = open_existing_engine(config, require_current=require_current)
     try:
         yield engine
@@ -416,6 +415,8 @@ def _existing_database(
 @contextmanager
 def _database(config: CoordinatorConfig) -> Iterator[Engine]:
     """The database of a command that writes jobs (a SQLite one created and migrated)."""
+    from coordinator.runtime import open_engine
+
     engine = open_engine(config)
     try:
         yield engine
@@ -427,6 +428,12 @@ def _database(config: CoordinatorConfig) -> Iterator[Engine]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from coordinator.runtime import open_runtime
+    from coordinator.service import logs
+
     config = _config(args)
     logs_dir = os.environ.get(logs.LOGS_DIR_ENV)
     _configure_logs(args, config, logging.INFO, logs_dir=Path(logs_dir) if logs_dir else None)
@@ -463,6 +470,9 @@ def _give_up(grace: int) -> None:
 
 def _archives(args: argparse.Namespace) -> int:
     """Reconcile the archive storage with the records; exit 1 when an entry has none."""
+    from coordinator.runtime import archive_output_of
+    from coordinator.service.cleanup import reconcile_archive_storage
+
     config = _reading(args)
     with _existing_database(config) as engine:
         found = reconcile_archive_storage(engine, archive_output_of(config))
@@ -483,6 +493,8 @@ def _archives(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
+    from coordinator.service import health
+
     checks = health.run_health_checks(_reading(args))
     for check in checks:
         print(check.line())
@@ -490,6 +502,12 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _spider_serve(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from coordinator.engine.grpc_server import run_server
+    from coordinator.runtime import embedded_spider, open_engine
+
     config = _config(args)
     _configure_logs(args, config, logging.INFO)
     engine = open_engine(config)
@@ -514,6 +532,8 @@ def _spider_serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from coordinator.cli.demo import run_demo
+
     config = _config(args)
     _configure_logs(args, config)
     return run_demo(config)
@@ -523,6 +543,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from coordinator.service.ingest import S3Location, put_files, submit_job
+
     config = _reading(args)
     location = S3Location(endpoint_url=args.endpoint_url, region_code=args.region)
     with _database(config) as engine:
@@ -542,6 +564,8 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
+    from coordinator.cli import jobs as job_commands
+
     statuses = job_commands.parse_statuses(args.status)
     since = None if args.since is None else job_commands.parse_since(args.since)
     limit = job_commands.parse_limit(args.limit)
@@ -560,6 +584,9 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from coordinator.cli import jobs as job_commands
+    from coordinator.store.jobs import JobStore
+
     config = _reading(args)
     with _existing_database(config) as engine:
         document = job_commands.show_job(JobStore(engine), args.job)
@@ -572,6 +599,11 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    import getpass
+
+    from coordinator.service.operator_cancel import request_cancel
+    from coordinator.store.jobs import JobStore
+
     config = _reading(args)
     with _existing_database(config) as engine:
         print(request_cancel(JobStore(engine), args.job, operator=getpass.getuser()).message)
@@ -582,6 +614,8 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _lifecycle(args: argparse.Namespace) -> int:
+    from coordinator.cli.lifecycle import print_lifecycle
+
     _configure_logs(args, None)
     print_lifecycle()
     return 0
@@ -631,6 +665,8 @@ def _add_diagram_arguments(diagrams: argparse.ArgumentParser) -> None:
 
 
 def _diagrams(args: argparse.Namespace) -> int:
+    from coordinator.lifecycle import diagrams as lifecycle_diagrams
+
     output: Path = args.output
     targets = ", ".join(str(path) for path in (output, args.docs, args.readme) if path is not None)
     if args.check:
@@ -657,6 +693,10 @@ def _diagrams(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
+    from coordinator.config.loader import database_url
+    from coordinator.store import migrate
+    from coordinator.store.database import create_database_engine, create_sqlite_directory
+
     config = _reading(args)
     url = database_url(config)
     create_sqlite_directory(url)
@@ -670,6 +710,8 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 
 def _db_downgrade(args: argparse.Namespace) -> int:
+    from coordinator.store import migrate
+
     config = _reading(args)
     with _existing_database(config, require_current=False) as engine:
         migrate.downgrade(engine, args.revision)
@@ -678,6 +720,8 @@ def _db_downgrade(args: argparse.Namespace) -> int:
 
 
 def _db_current(args: argparse.Namespace) -> int:
+    from coordinator.store import migrate
+
     config = _reading(args)
     with _existing_database(config, require_current=False) as engine:
         print(migrate.current_revision(engine) or "base (no coordinator schema)")

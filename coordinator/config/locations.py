@@ -51,6 +51,10 @@ EMBEDDED_OBJECT_STORE_DIR = "objects"
 """The embedded default's stand-in for S3, inside the data directory: ``<bucket>/<key>`` files."""
 EMBEDDED_ARCHIVE_DIR = "archives"
 """The embedded default's archive directory (CLP's ``archive_output.storage`` of type ``fs``)."""
+DEFAULT_BUCKET = "logs"
+"""Where ``coordinator submit`` puts files and looks for objects without ``--bucket``."""
+DEFAULT_PREFIX = "ingest/"
+"""The key prefix of ``coordinator submit`` without ``--prefix``."""
 
 
 def resolve_data_dir(explicit: Path | None = None) -> Path:

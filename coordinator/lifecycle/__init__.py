@@ -3,7 +3,6 @@ outcomes, how each state is stored, and the diagrams and tables generated from t
 
 from coordinator.lifecycle.machine import (
     EDGES,
-    LIFECYCLE_ORDER,
     MACHINE,
     Actor,
     Edge,
@@ -26,6 +25,7 @@ from coordinator.lifecycle.reactions import (
 from coordinator.lifecycle.status import (
     ENDED_BADLY_STATUSES,
     IN_FLIGHT_STATUSES,
+    LIFECYCLE_ORDER,
     PUBLISHED_STATUSES,
     TERMINAL_STATUSES,
     JobStatus,

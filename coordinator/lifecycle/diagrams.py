@@ -32,12 +32,8 @@ from typing import Any
 
 from transitions.extensions.diagrams_graphviz import Graph as GraphvizGraph
 
-from coordinator.lifecycle.machine import (
-    LIFECYCLE_ORDER,
-    GraphEngine,
-    LifecycleMachine,
-    build_machine,
-)
+from coordinator.lifecycle.machine import GraphEngine, LifecycleMachine, build_machine
+from coordinator.lifecycle.status import LIFECYCLE_ORDER
 from coordinator.lifecycle.tables import lifecycle_markdown, reaction_labels
 
 BASENAME = "job_lifecycle"

@@ -37,7 +37,7 @@ from transitions.extensions.diagrams import TransitionGraphSupport
 from transitions.extensions.states import Tags, add_state_features
 
 from coordinator.errors import CoordinatorError
-from coordinator.lifecycle.status import JobStatus
+from coordinator.lifecycle.status import LIFECYCLE_ORDER, JobStatus
 
 
 class Trigger(StrEnum):
@@ -242,16 +242,6 @@ EDGES: tuple[Edge, ...] = (
 TERMINAL_TAG = "terminal"
 
 GraphEngine = Literal["mermaid", "graphviz"]
-
-LIFECYCLE_ORDER = (
-    JobStatus.PENDING,
-    JobStatus.RUNNING,
-    JobStatus.COMMITTED,
-    JobStatus.SUCCEEDED,
-    JobStatus.FAILED,
-    JobStatus.KILLED,
-)
-"""The states in the order the diagrams and tables show them."""
 
 
 class LabelledState(State):

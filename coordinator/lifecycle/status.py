@@ -52,6 +52,16 @@ PUBLISHED_STATUSES: frozenset[JobStatus] = frozenset({JobStatus.COMMITTED, JobSt
 ENDED_BADLY_STATUSES: frozenset[JobStatus] = frozenset({JobStatus.FAILED, JobStatus.KILLED})
 """Terminal without success: such a job keeps nothing published and no stored archive."""
 
+LIFECYCLE_ORDER = (
+    JobStatus.PENDING,
+    JobStatus.RUNNING,
+    JobStatus.COMMITTED,
+    JobStatus.SUCCEEDED,
+    JobStatus.FAILED,
+    JobStatus.KILLED,
+)
+"""The states in the order the diagrams and tables show them."""
+
 
 def describe_status(value: int) -> str:
     """A status number as a name for messages, tolerating values no CLP component defines."""

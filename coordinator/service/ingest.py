@@ -30,7 +30,7 @@ from sqlalchemy import Engine
 from coordinator.archive_storage.s3 import s3_client
 from coordinator.config.clp import ArchiveOutput, S3IngestionConfig
 from coordinator.config.loader import CoordinatorConfig
-from coordinator.config.locations import local_store_endpoint
+from coordinator.config.locations import DEFAULT_BUCKET, DEFAULT_PREFIX, local_store_endpoint
 from coordinator.errors import CoordinatorError
 from coordinator.job_config import (
     ClpIoConfig,
@@ -47,8 +47,17 @@ from coordinator.task_io import (
     DefaultAuthentication,
 )
 
-DEFAULT_BUCKET = "logs"
-DEFAULT_PREFIX = "ingest/"
+__all__ = [
+    "DEFAULT_BUCKET",
+    "DEFAULT_PREFIX",
+    "IngestError",
+    "S3Location",
+    "list_objects",
+    "output_config_of",
+    "put_files",
+    "submit_job",
+    "uses_s3",
+]
 
 
 class IngestError(CoordinatorError, ValueError):
