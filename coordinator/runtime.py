@@ -25,7 +25,7 @@ other job is read from S3 with its own endpoint, region and credentials.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -44,7 +44,7 @@ from coordinator.config.loader import (
     legacy_scheduler_problem,
 )
 from coordinator.config.locations import is_same_store, local_store_endpoint, local_store_named
-from coordinator.engine.embedded.engine import UNRECORDED_GRACE_SECS, EmbeddedSpider
+from coordinator.engine.embedded.engine import CLP_PACKAGES, UNRECORDED_GRACE_SECS, EmbeddedSpider
 from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.job_config import (
     S3_OBJECT_METADATA,
@@ -285,6 +285,7 @@ def open_runtime(
     *,
     lease_secs: float = 30.0,
     stale_after_secs: float = INSTANCE_STALE_AFTER_SECS,
+    packages: Mapping[str, str] = CLP_PACKAGES,
 ) -> Runtime:
     """Everything ``coordinator run`` needs, started. Close it (or use ``with``) to stop.
 
@@ -294,7 +295,9 @@ def open_runtime(
     ``coordinator.metrics_port`` that cannot be bound, ``SchemaNotCurrent`` and the database's
     errors. With ``coordinator.metrics_port`` set, ``/metrics``, ``/healthz`` and ``/readyz`` are
     served until ``close`` (``coordinator.service.monitoring``). Spider is reached through
-    ``MeasuredSpider``, which measures every call.
+    ``MeasuredSpider``, which measures every call. ``packages``: the embedded engine's task
+    packages (``EmbeddedSpider``'s ``name → module:factory``; the benchmarks substitute a no-op
+    compress task this way).
     """
     legacy = legacy_scheduler_problem(config)
     if legacy is not None:
@@ -324,7 +327,7 @@ def open_runtime(
     if config.engine == "embedded":
         try:
             embedded = embedded_spider(
-                config, engine, presence=presence, coordinator_name=name
+                config, engine, presence=presence, coordinator_name=name, packages=packages
             ).start()
         except BaseException:
             presence.close()
@@ -369,13 +372,15 @@ def embedded_spider(
     *,
     presence: Presence | None = None,
     coordinator_name: str | None = None,
+    packages: Mapping[str, str] = CLP_PACKAGES,
 ) -> EmbeddedSpider:
     """The embedded engine with the configuration's settings, not started yet (see
-    ``EmbeddedSpider`` for ``presence`` and ``coordinator_name``)."""
+    ``EmbeddedSpider`` for ``presence``, ``coordinator_name`` and ``packages``)."""
     grace = config.extras.embedded_unrecorded_grace_secs
     return EmbeddedSpider(
         engine,
         worker_settings(config, database_url(config)),
+        packages=packages,
         workers=config.embedded_workers,
         presence=presence,
         coordinator_name=coordinator_name,

@@ -1,0 +1,135 @@
+"""Issue 14's benchmark suite: every case beside its floor, one table.
+
+    .venv/bin/python -m bench                       # every case, SQLite
+    .venv/bin/python -m bench --database mysql+pymysql://user:pass@127.0.0.1:3306/
+                                                    # the database cases on MariaDB too
+    .venv/bin/python -m bench --case p1 [--jobs 200] # one case alone
+    .venv/bin/python -m bench --smoke               # tiny sizes (under a minute)
+
+Cases (``bench/suite.py``): ``p1`` one-object jobs through ``coordinator run --until-idle`` (real
+clp-s, embedded engine) vs the same clp-s runs at the same parallelism; ``p1b`` the same jobs with
+instant tasks (``bench.noop``: a no-op compress task, the real commit task and transitions),
+jobs/s and database transactions per job; ``p2`` one big job in 2 partitions and in 1, submission
+→ Succeeded in a running service vs one bare clp-s over the same files; ``p3`` a backlog: peak RSS,
+tick cost at a small vs a large backlog, Spider state calls/s vs the back-off's bound; ``p4``
+SIGKILL of a running ``coordinator run`` and the time its restart takes to re-attach every job in
+flight; ``p5`` partitioning (``bench.partition``'s workloads); ``startup`` ``run --until-idle``
+with nothing to do. Each case runs in a process of its own (clean metrics and peak RSS) with its
+own temporary data directory and database; ``--database`` runs ``p1``, ``p1b``, ``p3`` and ``p4``
+again on a fresh database of that MariaDB server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from bench.suite import CASES, DATABASE_CASES, Sizes
+
+ROW_MARK = "BENCH-ROW "
+HEADERS = ("case", "coordinator", "floor", "ratio", "goal", "holds")
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--case", choices=sorted(CASES), action="append", help="default: all")
+    parser.add_argument("--database", metavar="URL", help="a MariaDB server URL")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes")
+    parser.add_argument("--jobs", type=int, help="P1/P1b jobs (default 1,000)")
+    parser.add_argument("--big-mib", type=int, help="P2 job size (default 200)")
+    parser.add_argument("--in-flight", type=int, help="P3 max_concurrent_jobs (default 1,000)")
+    parser.add_argument("--backlog", type=int, nargs=2, metavar=("SMALL", "LARGE"))
+    parser.add_argument("--restart-jobs", type=int, help="P4 jobs (default 1,000)")
+    parser.add_argument("--partition-objects", type=int, help="P5 (default 100,000)")
+    parser.add_argument("--workers", type=int, help="embedded workers and floor parallelism")
+    parser.add_argument("--on", metavar="URL", help=argparse.SUPPRESS)  # one case's database
+    parser.add_argument("--rows", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def sizes_of(args: argparse.Namespace) -> Sizes:
+    sizes = Sizes.smoke() if args.smoke else Sizes()
+    for name in ("jobs", "big_mib", "in_flight", "restart_jobs", "partition_objects", "workers"):
+        if getattr(args, name) is not None:
+            setattr(sizes, name, getattr(args, name))
+    if args.backlog is not None:
+        sizes.backlog = tuple(args.backlog)
+    return sizes
+
+
+def size_options(args: argparse.Namespace) -> list[str]:
+    options = ["--smoke"] if args.smoke else []
+    for name in ("jobs", "big_mib", "in_flight", "restart_jobs", "partition_objects", "workers"):
+        if getattr(args, name) is not None:
+            options += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    if args.backlog is not None:
+        options += ["--backlog", *map(str, args.backlog)]
+    return options
+
+
+def run_one(args: argparse.Namespace) -> int:
+    """Inside a case's process: run it and print its rows as JSON lines."""
+    (case,) = args.case
+    for row in CASES[case](args.on, sizes_of(args)):
+        print(ROW_MARK + json.dumps(dataclasses.asdict(row)), flush=True)
+    return 0
+
+
+def table(rows: list[dict[str, str]]) -> str:
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    for row in rows:
+        cells = (row["case"], row["figure"], row["floor"], row["ratio"], row["goal"], row["holds"])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    if args.rows:
+        return run_one(args)
+    cases = args.case or list(CASES)
+    runs = [(case, None) for case in cases]
+    if args.database:
+        runs += [(case, args.database) for case in cases if case in DATABASE_CASES]
+    rows: list[dict[str, str]] = []
+    failed = 0
+    for case, database in runs:
+        command = [sys.executable, "-m", "bench", "--rows", "--case", case, *size_options(args)]
+        if database is not None:
+            command += ["--on", database]
+        where = "MariaDB" if database else "SQLite"
+        print(f"bench: {case} ({where}) ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        result = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+        found = [
+            json.loads(line[len(ROW_MARK) :])
+            for line in result.stdout.splitlines()
+            if line.startswith(ROW_MARK)
+        ]
+        if result.returncode != 0 or not found:
+            failed += 1
+            found.append(
+                {
+                    "case": f"{case} ({where})",
+                    "figure": f"failed (exit {result.returncode})",
+                    "floor": "—",
+                    "ratio": "—",
+                    "goal": "",
+                    "holds": "no",
+                }
+            )
+        rows += found
+        print(
+            f"bench: {case} ({where}) took {time.perf_counter() - started:.1f} s", file=sys.stderr
+        )
+    print(table(rows))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""Task packages for the benchmarks: CLP's package with the compress task replaced.
+
+Loaded by the embedded engine's executors (``open_runtime(config, packages={"clp": …})``):
+
+* ``bench.noop:instant_package``: a compress task that returns at once a fixed archive list (one
+  archive per task, its id derived from the Spider job and task, so that ids stay unique), with the
+  compress task's own database steps (the archive recorded ``storing``, then marked ``stored``, as
+  the real task does around the upload; no file is written), through the **real** commit task
+  (``coordinator.engine.tasks.commit``) and the real cleanup task. Only clp-s and the upload are
+  left out: what remains is the lifecycle.
+* ``bench.noop:holding_package``: a compress task that holds its executor until the engine closes
+  (at most ``HOLD_SECS``): jobs stay in flight while the loop is measured (P3).
+
+Each executor counts the database transactions of its process (SQLAlchemy's ``commit`` and
+``rollback`` events on every ``Engine``) and, after each task, writes its totals to
+``<staging>/bench-transactions-<pid>`` (``commits rollbacks``): ``executor_transactions`` sums them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import cast
+
+from sqlalchemy import Engine, Table, event, select
+
+from coordinator.archive_storage.storage import archive_location
+from coordinator.engine.tasks.cleanup import cleanup
+from coordinator.engine.tasks.commit import commit
+from coordinator.engine.tasks.context import TaskContext
+from coordinator.engine.tasks.database import task_engine
+from coordinator.engine.tasks.registry import (
+    CLEANUP,
+    CLP_PACKAGE,
+    COMMIT,
+    COMPRESS,
+    TaskFunction,
+    TaskPackage,
+)
+from coordinator.store.clock import utc_now
+from coordinator.store.names import DEFAULT_DATASET
+from coordinator.store.schema import CompressionJob
+from coordinator.store.stored_archives import StoredArchiveRecord, begin_storing, mark_stored
+from coordinator.task_io import ArchiveMetadata, CompressionTaskOutput, decode_dataset
+
+HOLD_SECS = 600.0
+TRANSACTIONS_FILE = "bench-transactions-"
+INSTANT_PACKAGE = {CLP_PACKAGE: "bench.noop:instant_package"}
+HOLDING_PACKAGE = {CLP_PACKAGE: "bench.noop:holding_package"}
+
+_counts = [0, 0]
+_jobs = cast(Table, CompressionJob.__table__)
+
+
+def _commit(_: object) -> None:
+    _counts[0] += 1
+
+
+def _rollback(_: object) -> None:
+    _counts[1] += 1
+
+
+def _counted(function: TaskFunction) -> TaskFunction:
+    def run(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+        try:
+            return function(ctx, inputs)
+        finally:
+            path = ctx.settings.staging_directory / f"{TRANSACTIONS_FILE}{os.getpid()}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{_counts[0]} {_counts[1]}\n")
+
+    return run
+
+
+def instant_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    """One fixed archive, recorded as the compress task records it; the dataset input as given."""
+    dataset = decode_dataset(inputs[1])
+    archive = ArchiveMetadata(
+        id=f"bench-{ctx.job_id}-{ctx.task_id}",
+        begin_timestamp=1_700_000_000_000,
+        end_timestamp=1_700_000_060_000,
+        size=1_000,
+        uncompressed_size=10_000,
+    )
+    engine = task_engine(ctx.settings)
+    with engine.connect() as connection:
+        job_id = connection.execute(
+            select(_jobs.c.id).where(_jobs.c.spider_id == ctx.job_id)
+        ).scalar_one_or_none()
+    name = dataset or DEFAULT_DATASET
+    record = StoredArchiveRecord(
+        job_id=job_id,
+        spider_job_id=ctx.job_id,
+        task_id=ctx.task_id,
+        instance_id=ctx.instance_id,
+        dataset=name,
+        archive_id=archive.id,
+        location=archive_location(ctx.settings.archive_output, name, archive.id),
+        size=archive.size,
+        stored_at=utc_now(),
+    )
+    with engine.begin() as connection:
+        record_id = begin_storing(connection, record)
+    with engine.begin() as connection:
+        mark_stored(connection, record_id, utc_now())
+    output = CompressionTaskOutput(dataset=dataset, archives=[archive])
+    return [output.to_msgpack()]
+
+
+def holding_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    """Holds the executor (the engine kills it at close), then behaves as ``instant_compress``."""
+    time.sleep(HOLD_SECS)
+    return instant_compress(ctx, inputs)
+
+
+def _package(compress: Callable[[TaskContext, Sequence[bytes]], list[bytes]]) -> TaskPackage:
+    if not event.contains(Engine, "commit", _commit):
+        event.listen(Engine, "commit", _commit)
+        event.listen(Engine, "rollback", _rollback)
+    functions = {COMPRESS: compress, COMMIT: commit, CLEANUP: cleanup}
+    return TaskPackage(CLP_PACKAGE, {name: _counted(f) for name, f in functions.items()})
+
+
+def instant_package() -> TaskPackage:
+    return _package(instant_compress)
+
+
+def holding_package() -> TaskPackage:
+    return _package(holding_compress)
+
+
+def executor_transactions(staging: Path) -> tuple[int, int]:
+    """The commits and rollbacks the executors counted (``staging`` is the engine's)."""
+    commits = rollbacks = 0
+    for path in staging.glob(f"{TRANSACTIONS_FILE}*"):
+        first, second = path.read_text().split()
+        commits, rollbacks = commits + int(first), rollbacks + int(second)
+    return commits, rollbacks

@@ -1,0 +1,708 @@
+"""Issue 14's cases, each measured side by side with its floor: see ``bench/__main__.py``.
+
+Every case makes its own temporary data directory, its own database (the SQLite file of that
+directory, or a fresh ``bench_<random>`` database on the ``--database`` server, dropped after) and
+its own data (``coordinator.cli.samples.json_log_lines``, deterministic), and returns its table
+rows. Sizes come from ``Sizes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, cast
+
+from sqlalchemy import Engine, Table, event, func, insert, select, text
+
+from bench import partition as partition_bench
+from bench.noop import HOLDING_PACKAGE, INSTANT_PACKAGE, executor_transactions
+from bench.soak import create_database, drop_database
+from coordinator import metrics
+from coordinator.cli.samples import json_log_lines
+from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.engine.tasks.compress import CLP_S_PACKAGE
+from coordinator.lifecycle import JobStatus
+from coordinator.runtime import open_engine, open_runtime
+from coordinator.service.ingest import submit_job
+from coordinator.store.schema import CompressionJob
+
+MIB = 1024 * 1024
+TERMINAL = (int(JobStatus.SUCCEEDED), int(JobStatus.FAILED), int(JobStatus.KILLED))
+_jobs = cast(Table, CompressionJob.__table__)
+
+
+@dataclass
+class Sizes:
+    jobs: int = 1000
+    """P1 and P1b: one-object jobs."""
+    events_per_job: int = 20
+    big_mib: int = 200
+    """P2: the one big job's size."""
+    in_flight: int = 1000
+    """P3: ``max_concurrent_jobs``."""
+    backlog: tuple[int, int] = (1000, 10_000)
+    """P3: Pending jobs behind the in-flight ones, small and large."""
+    window_secs: float = 5.0
+    """P3: how long each backlog is measured."""
+    restart_jobs: int = 1000
+    partition_objects: int = 100_000
+    startup_runs: int = 3
+    workers: int = 2
+
+    @classmethod
+    def smoke(cls) -> Sizes:
+        return cls(
+            jobs=10,
+            events_per_job=10,
+            big_mib=2,
+            in_flight=20,
+            backlog=(20, 200),
+            window_secs=1.0,
+            restart_jobs=12,
+            partition_objects=10_000,
+            startup_runs=1,
+        )
+
+
+@dataclass
+class Row:
+    case: str
+    figure: str
+    floor: str = "—"
+    ratio: str = "—"
+    goal: str = ""
+    holds: str = "—"
+
+
+def verdict(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
+# --- workspace ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Workspace:
+    root: Path
+    config_path: Path
+    config: CoordinatorConfig
+    url: str | None
+    """The MariaDB database, or ``None`` for the data directory's SQLite file."""
+
+    @property
+    def label(self) -> str:
+        return "SQLite" if self.url is None else "MariaDB"
+
+    def environment(self) -> dict[str, str]:
+        environment = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in ("COORDINATOR_HOME", "COORDINATOR_DATABASE_URL")
+        }
+        if self.url is not None:
+            environment["COORDINATOR_DATABASE_URL"] = self.url
+        return environment
+
+    def command(self, *args: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "coordinator",
+            "run",
+            "--config",
+            str(self.config_path),
+            *args,
+        ]
+
+    def engine(self) -> Engine:
+        return open_engine(self.config)  # created and migrated when new
+
+
+@contextlib.contextmanager
+def workspace(
+    server: str | None,
+    sizes: Sizes,
+    *,
+    max_concurrent_jobs: int = 1000,
+    target_archive_size: int = 256 * MIB,
+    metrics_port: int | None = None,
+) -> Iterator[Workspace]:
+    root = Path(tempfile.mkdtemp(prefix="bench-")).absolute()
+    url = created = None
+    admin = server
+    if server is not None:
+        url, created, admin = create_database(server)
+        os.environ["COORDINATOR_DATABASE_URL"] = url
+    else:
+        os.environ.pop("COORDINATOR_DATABASE_URL", None)
+    os.environ.pop("COORDINATOR_HOME", None)
+    path = root / "clp-config.yaml"
+    path.write_text(
+        "package: {storage_engine: clp-s}\n"
+        "spider: {host: 127.0.0.1, port: 50051}\n"
+        "compression_coordinator:\n"
+        f"  max_concurrent_jobs: {max_concurrent_jobs}\n"
+        "archive_output:\n"
+        f"  target_archive_size: {target_archive_size}\n"
+        f"  storage: {{type: fs, directory: {root / 'archives'}}}\n"
+        f"logs_input: {{type: fs, directory: {root / 'objects'}}}\n"
+        "coordinator:\n"
+        "  engine: embedded\n"
+        "  instance_id: bench\n"
+        f"  data_dir: {root / 'data'}\n"
+        f"  object_store_directory: {root / 'objects'}\n"
+        f"  embedded_workers: {sizes.workers}\n"
+        + (f"  metrics_port: {metrics_port}\n  metrics_host: 127.0.0.1\n" if metrics_port else "")
+    )
+    try:
+        yield Workspace(root, path, load_config(path), url)
+    finally:
+        if created is not None and admin is not None:
+            drop_database(admin, created)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def write_objects(ws: Workspace, count: int, events: int) -> list[Path]:
+    """One JSON-lines object per job, each in a bucket of its own (listing stays per job)."""
+    paths = []
+    for index in range(count):
+        path = ws.config.object_store_directory / f"b{index:05d}" / "logs" / "app.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(json_log_lines(events, service=f"svc{index}"))
+        paths.append(path)
+    return paths
+
+
+def submit_objects(ws: Workspace, engine: Engine, count: int) -> list[int]:
+    return [
+        submit_job(
+            ws.config, engine, bucket=f"b{index:05d}", prefix="logs/", timestamp_key="timestamp"
+        )
+        for index in range(count)
+    ]
+
+
+def clone_jobs(engine: Engine, job_id: int, count: int) -> None:
+    """``count`` more Pending jobs with the ``clp_config`` of ``job_id``, in one statement each
+    thousand (the no-op tasks never read the objects)."""
+    with engine.begin() as connection:
+        blob = connection.execute(
+            select(_jobs.c.clp_config).where(_jobs.c.id == job_id)
+        ).scalar_one()
+        for start in range(0, count, 1000):
+            rows = [{"clp_config": blob} for _ in range(min(1000, count - start))]
+            connection.execute(insert(_jobs), rows)
+
+
+def statuses(engine: Engine) -> dict[int, int]:
+    with engine.connect() as connection:
+        rows = connection.execute(select(_jobs.c.status, func.count()).group_by(_jobs.c.status))
+        return {int(status): int(count) for status, count in rows}
+
+
+def succeeded_note(engine: Engine, expected: int) -> str:
+    done = statuses(engine).get(int(JobStatus.SUCCEEDED), 0)
+    return "" if done == expected else f" ({done}/{expected} Succeeded)"
+
+
+# --- clp-s, the floor --------------------------------------------------------------------------
+
+
+def clp_s_binary() -> Path:
+    return Path(str(files(CLP_S_PACKAGE) / "bin" / "clp-s"))
+
+
+def run_clp_s(config: CoordinatorConfig, inputs: Sequence[Path], output: Path) -> None:
+    """clp-s as the compress task runs it (same flags), over local files."""
+    output.mkdir(parents=True)
+    listing = output.with_suffix(".txt")
+    listing.write_text("".join(f"{path}\n" for path in inputs))
+    archive = config.clp.archive_output
+    subprocess.run(
+        [
+            str(clp_s_binary()),
+            "c",
+            str(output),
+            "--print-archive-stats",
+            "--target-encoded-size",
+            str(archive.target_encoded_file_size),
+            "--compression-level",
+            str(archive.compression_level),
+            "--single-file-archive",
+            "--timestamp-key",
+            "timestamp",
+            "--files-from",
+            str(listing),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def timed(function: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    function()
+    return time.perf_counter() - started
+
+
+# --- P1: small jobs ----------------------------------------------------------------------------
+
+
+def p1(server: str | None, sizes: Sizes) -> list[Row]:
+    with workspace(server, sizes) as ws:
+        paths = write_objects(ws, sizes.jobs, sizes.events_per_job)
+        engine = ws.engine()
+        submit_objects(ws, engine, sizes.jobs)
+        scratch = ws.root / "floor"
+
+        def floor() -> None:
+            with ThreadPoolExecutor(sizes.workers) as pool:
+                runs = [
+                    pool.submit(run_clp_s, ws.config, [path], scratch / str(index))
+                    for index, path in enumerate(paths)
+                ]
+                for run in runs:
+                    run.result()
+
+        floor_secs = timed(floor)
+        service_secs = timed(
+            lambda: subprocess.run(
+                ws.command("--until-idle"),
+                env=ws.environment(),
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        note = succeeded_note(engine, sizes.jobs)
+        engine.dispose()
+    ratio = service_secs / floor_secs
+    return [
+        Row(
+            f"P1 {sizes.jobs:,} one-object jobs, {ws.label} (`run --until-idle`)",
+            f"{sizes.jobs / service_secs:.1f} jobs/s ({service_secs:.2f} s){note}",
+            f"{sizes.jobs / floor_secs:.1f} clp-s/s, {sizes.workers} at a time "
+            f"({floor_secs:.2f} s)",
+            f"{ratio:.2f}x",
+            "≤ 1.5x",
+            verdict(ratio <= 1.5 and not note),
+        )
+    ]
+
+
+# --- P1b: lifecycle only -----------------------------------------------------------------------
+
+
+class TransactionCounter:
+    """SQLAlchemy's ``commit`` and ``rollback`` events of every engine of this process."""
+
+    def __init__(self) -> None:
+        self.commits = self.rollbacks = 0
+        event.listen(Engine, "commit", self._commit)
+        event.listen(Engine, "rollback", self._rollback)
+
+    def _commit(self, _: object) -> None:
+        self.commits += 1
+
+    def _rollback(self, _: object) -> None:
+        self.rollbacks += 1
+
+    def close(self) -> None:
+        event.remove(Engine, "commit", self._commit)
+        event.remove(Engine, "rollback", self._rollback)
+
+
+def p1b(server: str | None, sizes: Sizes) -> list[Row]:
+    with workspace(server, sizes) as ws:
+        write_objects(ws, 1, sizes.events_per_job)
+        engine = ws.engine()
+        first = submit_objects(ws, engine, 1)[0]
+        clone_jobs(engine, first, sizes.jobs - 1)
+        counter = TransactionCounter()
+        with open_runtime(ws.config, packages=INSTANT_PACKAGE) as runtime:
+            seconds = timed(lambda: runtime.coordinator.run(until_idle=True))
+        counter.close()
+        task_commits, task_rollbacks = executor_transactions(ws.config.data_dir / "staging")
+        note = succeeded_note(engine, sizes.jobs)
+        engine.dispose()
+    rate = sizes.jobs / seconds
+    per_job = (counter.commits + task_commits) / sizes.jobs
+    return [
+        Row(
+            f"P1b lifecycle only, {sizes.jobs:,} jobs with instant tasks, {ws.label}",
+            f"{rate:.0f} jobs/s ({seconds:.2f} s){note}; {per_job:.1f} commits/job "
+            f"(coordinator and engine {counter.commits / sizes.jobs:.1f}, tasks "
+            f"{task_commits / sizes.jobs:.1f}) + "
+            f"{(counter.rollbacks + task_rollbacks) / sizes.jobs:.1f} read-only/job",
+            goal="≥ 300 jobs/s",
+            holds=verdict(rate >= 300 and not note),
+        )
+    ]
+
+
+# --- P2: one big job ---------------------------------------------------------------------------
+
+
+def write_big(ws: Workspace, total_mib: int, parts: int = 4) -> list[Path]:
+    """``parts`` objects of ``total_mib / parts`` MiB each under ``big/``."""
+    paths = []
+    each = total_mib * MIB // parts
+    for part in range(parts):
+        path = ws.config.object_store_directory / "big" / "logs" / f"part-{part}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as file:
+            chunk = 0
+            while file.tell() < each:
+                file.write(json_log_lines(5000, service=f"svc{part}", seed=chunk))
+                chunk += 1
+        paths.append(path)
+    return paths
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, poll: float = 0.01) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll)
+    return condition()
+
+
+def job_row(engine: Engine, job_id: int) -> Any:
+    with engine.connect() as connection:
+        return connection.execute(
+            select(_jobs.c.status, _jobs.c.num_tasks).where(_jobs.c.id == job_id)
+        ).one()
+
+
+def with_target(config: CoordinatorConfig, target: int) -> CoordinatorConfig:
+    output = config.clp.archive_output.model_copy(update={"target_archive_size": target})
+    return dataclasses.replace(config, clp=config.clp.model_copy(update={"archive_output": output}))
+
+
+def p2(server: str | None, sizes: Sizes) -> list[Row]:
+    rows = []
+    with workspace(server, sizes) as ws:
+        paths = write_big(ws, sizes.big_mib)
+        total = sum(path.stat().st_size for path in paths)
+        engine = ws.engine()
+        floor_secs = timed(lambda: run_clp_s(ws.config, paths, ws.root / "floor"))
+        service = subprocess.Popen(
+            ws.command(), env=ws.environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            wait_for(lambda: _instance_up(engine), 60, 0.05)
+            time.sleep(2.0)  # the executors start
+            for label, target in (("2 partitions", int(total * 0.55)), ("1 partition", total * 2)):
+                config = with_target(ws.config, target)
+                started = time.perf_counter()
+                job_id = submit_job(
+                    config, engine, bucket="big", prefix="logs/", timestamp_key="timestamp"
+                )
+                wait_for(lambda job_id=job_id: int(job_row(engine, job_id).status) in TERMINAL, 600)
+                seconds = time.perf_counter() - started
+                status, tasks = job_row(engine, job_id)
+                ok = int(status) == int(JobStatus.SUCCEEDED)
+                ratio = seconds / floor_secs
+                goal = 1.0 if tasks >= 2 else 1.10
+                rows.append(
+                    Row(
+                        f"P2 one {total / MIB:.0f} MiB job, {label} ({tasks} tasks), {ws.label}",
+                        f"{seconds:.2f} s submission → Succeeded"
+                        + ("" if ok else f" (status {status})"),
+                        f"one bare clp-s over the same files: {floor_secs:.2f} s",
+                        f"{ratio:.2f}x",
+                        f"≤ {goal:.2f}x",
+                        verdict(ok and ratio <= goal),
+                    )
+                )
+        finally:
+            stop(service)
+        engine.dispose()
+    return rows
+
+
+def _instance_up(engine: Engine) -> bool:
+    with engine.connect() as connection:
+        return bool(
+            connection.execute(
+                text("SELECT COUNT(*) FROM coordinator_instances WHERE name = 'bench'")
+            ).scalar_one()
+        )
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# --- P3: backlog -------------------------------------------------------------------------------
+
+
+def peak_rss_reset() -> None:
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def sample(name: str, **labels: str) -> float:
+    return metrics.REGISTRY.get_sample_value(name, labels or None) or 0.0
+
+
+def p3(server: str | None, sizes: Sizes) -> list[Row]:
+    small, large = sizes.backlog
+    with workspace(server, sizes, max_concurrent_jobs=sizes.in_flight) as ws:
+        write_objects(ws, 1, sizes.events_per_job)
+        engine = ws.engine()
+        first = submit_objects(ws, engine, 1)[0]
+        clone_jobs(engine, first, sizes.in_flight + small - 1)
+        peak_rss_reset()
+        windows = {}
+        with open_runtime(ws.config, packages=HOLDING_PACKAGE) as runtime:
+            loop = threading.Thread(target=runtime.coordinator.run, daemon=True)
+            loop.start()
+            try:
+                for backlog in (small, large):
+                    if backlog > small:
+                        clone_jobs(engine, first, backlog - small)
+                    wait_for(
+                        lambda: sample("clp_coordinator_jobs_driven") >= sizes.in_flight, 300, 0.1
+                    )
+                    before = _loop_samples()
+                    time.sleep(sizes.window_secs)
+                    after = _loop_samples()
+                    windows[backlog] = [b - a for a, b in zip(before, after, strict=True)]
+            finally:
+                runtime.coordinator.stopping.set()
+                loop.join(60)
+        rss = peak_rss_mb()
+        engine.dispose()
+    ticks = {backlog: count / sizes.window_secs for backlog, (count, _, _) in windows.items()}
+    cost = {backlog: total / max(count, 1) * 1000 for backlog, (count, total, _) in windows.items()}
+    calls = windows[large][2] / sizes.window_secs
+    max_backoff = ws.config.compression_coordinator.result_polling.max_backoff_millisecs / 1000
+    bound = sizes.in_flight / max_backoff
+    growth = cost[large] / cost[small]
+    label = f"{sizes.in_flight:,} in flight, {ws.label}"
+    return [
+        Row(
+            f"P3 backlog: peak RSS, {large:,} Pending + {label}",
+            f"{rss:.0f} MB (the coordinator's process, tasks apart)",
+            goal="≤ 150 MB",
+            holds=verdict(rss <= 150),
+        ),
+        Row(
+            f"P3 backlog: tick cost at {large:,} vs {small:,} Pending, {label}",
+            f"{cost[large]:.1f} ms/tick, {ticks[large]:.1f} ticks/s",
+            f"{cost[small]:.1f} ms/tick, {ticks[small]:.1f} ticks/s at {small:,} Pending",
+            f"{growth:.2f}x",
+            "≤ 1.25x (backlog-independent)",
+            verdict(growth <= 1.25),
+        ),
+        Row(
+            f"P3 backlog: Spider state calls, {label}",
+            f"{calls:.0f} GetJobState/s",
+            f"back-off bound: {bound:.0f}/s ({sizes.in_flight:,} jobs / {max_backoff:g} s)",
+            f"{calls / bound:.2f}x",
+            "≤ 1.0x",
+            verdict(calls <= bound),
+        ),
+    ]
+
+
+def _loop_samples() -> tuple[float, float, float]:
+    return (
+        sample("clp_coordinator_tick_duration_seconds_count"),
+        sample("clp_coordinator_tick_duration_seconds_sum"),
+        sample("clp_coordinator_spider_call_duration_seconds_count", method="GetJobState"),
+    )
+
+
+# --- P4: restart -------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def scrape(port: int, name: str) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            body = response.read().decode()
+    except OSError:
+        return -1.0
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def p4(server: str | None, sizes: Sizes) -> list[Row]:
+    port = free_port()
+    with workspace(server, sizes, metrics_port=port) as ws:
+        write_objects(ws, sizes.restart_jobs, sizes.events_per_job)
+        engine = ws.engine()
+        submit_objects(ws, engine, sizes.restart_jobs)
+        first = subprocess.Popen(
+            ws.command(), env=ws.environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        pending = int(JobStatus.PENDING)
+        wait_for(lambda: statuses(engine).get(pending, 0) == 0, 300, 0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        with engine.connect() as connection:
+            in_flight = dict(
+                connection.execute(
+                    select(_jobs.c.id, _jobs.c.lease_epoch).where(_jobs.c.status.not_in(TERMINAL))
+                ).all()
+            )
+        started = time.perf_counter()
+        second = subprocess.Popen(
+            ws.command(), env=ws.environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        polls = 'clp_coordinator_spider_call_duration_seconds_count{method="GetJobState"}'
+        try:
+
+            def reattached() -> bool:
+                with engine.connect() as connection:
+                    rows = connection.execute(
+                        select(_jobs.c.id, _jobs.c.status, _jobs.c.lease_epoch).where(
+                            _jobs.c.id.in_(list(in_flight))
+                        )
+                    ).all()
+                waiting = [
+                    row
+                    for row in rows
+                    if row.status not in TERMINAL and row.lease_epoch <= in_flight[row.id]
+                ]
+                open_jobs = sum(row.status not in TERMINAL for row in rows)
+                return not waiting and scrape(port, polls) >= open_jobs
+
+            done = wait_for(reattached, 120, 0.05) if in_flight else True
+            seconds = time.perf_counter() - started
+            wait_for(
+                lambda: sum(statuses(engine).get(s, 0) for s in TERMINAL) == sizes.restart_jobs,
+                300,
+                0.2,
+            )
+        finally:
+            stop(second)
+        with engine.connect() as connection:
+            twice = connection.execute(
+                text(
+                    "SELECT COUNT(*) FROM (SELECT job_id FROM compression_job_transitions "
+                    "WHERE spider_id IS NOT NULL GROUP BY job_id "
+                    "HAVING COUNT(DISTINCT spider_id) > 1) AS twice"
+                )
+            ).scalar_one()
+        note = succeeded_note(engine, sizes.restart_jobs)
+        engine.dispose()
+    return [
+        Row(
+            f"P4 restart after SIGKILL, {len(in_flight):,} of {sizes.restart_jobs:,} jobs in "
+            f"flight, {ws.label}",
+            f"{seconds:.2f} s to re-attach (lease taken, polled) every one; "
+            f"{twice} submitted twice{note}" + ("" if done else " (not all re-attached)"),
+            goal="≤ 5 s, none twice",
+            holds=verdict(done and seconds <= 5 and twice == 0 and not note),
+        )
+    ]
+
+
+# --- P5: partitioning, start-up ---------------------------------------------------------------
+
+
+def p5(server: str | None, sizes: Sizes) -> list[Row]:
+    count = sizes.partition_objects
+    rng = random.Random(2026)
+    keys = partition_bench.realistic_keys(rng, count)
+    sizes_of = partition_bench.log_uniform_sizes
+    workloads = [
+        (list(zip(keys, sizes_of(rng, count, 4 * 1024, 64 * MIB), strict=True)), 256 * MIB),
+        (list(zip(keys, sizes_of(rng, count, 4 * 1024, 64 * MIB), strict=True)), 8 * MIB),
+        (list(zip(keys, sizes_of(rng, count, 1024, 64 * 1024), strict=True)), 256 * MIB),
+        (partition_bench.small_among_large(rng, count), 256 * MIB),
+    ]
+    worst = max(partition_bench.measure(objects, target)[1] for objects, target in workloads)
+    return [
+        Row(
+            f"P5 partitioning {count:,} objects (worst of bench.partition's 4 workloads)",
+            f"{worst:.2f} s",
+            goal="≤ 2 s",
+            holds=verdict(worst <= 2.0),
+        )
+    ]
+
+
+def startup(server: str | None, sizes: Sizes) -> list[Row]:
+    with workspace(server, sizes) as ws:
+        environment = ws.environment()
+
+        def idle_run() -> None:
+            subprocess.run(
+                ws.command("--until-idle"),
+                env=environment,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+        idle_run()  # creates and migrates
+        runs = sorted(timed(idle_run) for _ in range(sizes.startup_runs))
+        floor = min(
+            timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
+            for _ in range(3)
+        )
+    seconds = runs[len(runs) // 2]
+    return [
+        Row(
+            f"Start-up: `run --until-idle` with nothing to do, {ws.label} (median of {len(runs)})",
+            f"{seconds:.2f} s",
+            f"`python -c pass`: {floor:.2f} s",
+            f"{seconds / floor:.1f}x",
+            "≤ 0.3 s",
+            verdict(seconds <= 0.3),
+        )
+    ]
+
+
+CASES: dict[str, Callable[[str | None, Sizes], list[Row]]] = {
+    "p1": p1,
+    "p1b": p1b,
+    "p2": p2,
+    "p3": p3,
+    "p4": p4,
+    "p5": p5,
+    "startup": startup,
+}
+DATABASE_CASES = ("p1", "p1b", "p3", "p4")
+"""Run on the ``--database`` server too (the others do not depend on the database)."""

@@ -1,0 +1,51 @@
+"""Issue 14's benchmark suite (``python -m bench``) keeps working: its smoke mode prints the table.
+
+Only that the table comes out with every case's row: the figures are not checked (benchmarks are
+not tests; the machine may be loaded).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from coordinator.config.locations import PROJECT_ROOT
+
+ROWS = (
+    "P1 ",
+    "P1b ",
+    "P2 ",
+    "P3 backlog: peak RSS",
+    "P3 backlog: tick cost",
+    "P3 backlog: Spider",
+    "P4 ",
+    "P5 ",
+    "Start-up",
+)
+
+
+@pytest.mark.slow
+def test_the_smoke_suite_prints_every_case() -> None:
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("COORDINATOR_DATABASE_URL", "COORDINATOR_HOME", "COORDINATOR_CRASH_AT")
+    }
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke"],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
+    lines = completed.stdout.splitlines()
+    assert lines[0] == "| case | coordinator | floor | ratio | goal | holds |"
+    for row in ROWS:
+        assert any(line.startswith(f"| {row}") for line in lines), (row, completed.stdout)
+    assert all(line.count(" | ") == 5 for line in lines[2:]), completed.stdout
