@@ -31,12 +31,28 @@ What the coordinator relies on from CLP and Spider, and the hazards cited as H1â
 ``docs/`` (``clp.md``, ``spider.md``, ``hazards.md``).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+import functools
 
 DISTRIBUTION = "clp-compression-coordinator"
 
-try:
-    __version__ = version(DISTRIBUTION)
-except PackageNotFoundError:  # a source tree on sys.path without installing it
-    __version__ = "0+unknown"
+
+@functools.cache
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # a source tree on sys.path without installing it
+        return "0+unknown"
+
+
+def __getattr__(name: str) -> str:
+    # ``__version__``, read from the installed distribution's metadata when first asked for: not
+    # by every import of the package (start-up time, issue 14).
+    if name == "__version__":
+        return _installed_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__version__: str
 """The installed distribution's version: ``pyproject.toml`` is its one source."""

@@ -39,14 +39,13 @@ grouped between passes and regroups only around what changed, which gives the sa
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import string
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, Self, TypeVar
-
-from rapidfuzz.distance import Levenshtein
 
 from coordinator.errors import CoordinatorError
 
@@ -280,7 +279,17 @@ def name_similarity(first: str, second: str) -> float:
     """
     # No score_cutoff: rapidfuzz 3.x reports 0.0 for a score exactly at the cutoff (a 2-edit pair of
     # 5-character names scores exactly 0.6), which would split a group that CLP keeps together.
-    return Levenshtein.normalized_similarity(first, second)
+    return _normalized_similarity()(first, second)
+
+
+@functools.cache
+def _normalized_similarity() -> Callable[[str, str], float]:
+    # rapidfuzz is imported by the first partitioning, not by every command (start-up time, issue
+    # 14); once, here: an import inside name_similarity would double its cost per pair.
+    from rapidfuzz.distance import Levenshtein  # noqa: PLC0415
+
+    similarity: Callable[[str, str], float] = Levenshtein.normalized_similarity
+    return similarity
 
 
 def group_by_similar_name(keys: Iterable[str]) -> list[list[str]]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Self, cast
+from typing import TYPE_CHECKING, Self, cast
 
 from pydantic import SecretStr
 from sqlalchemy import Engine, Table, select
@@ -55,7 +55,6 @@ from coordinator.job_config import (
 from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator, default_instance_id
 from coordinator.service.monitoring import MonitoringServer, start_monitoring
-from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.spider.measured import MeasuredSpider
 from coordinator.spider.port import SpiderPort
 from coordinator.store import migrate
@@ -69,6 +68,9 @@ from coordinator.store.instances import COORDINATOR, InstanceInUse, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CompressionJob
 from coordinator.task_io import AwsCredentials, CredentialsAuthentication, DefaultAuthentication
+
+if TYPE_CHECKING:
+    from coordinator.spider.grpc.client import GrpcSpider
 
 _log = logging.getLogger(__name__)
 _jobs = cast(Table, CompressionJob.__table__)
@@ -336,6 +338,9 @@ def open_runtime(
     else:
         endpoint = config.clp.spider or Spider()
         _warn_about_upstream_requirements(config)
+        # gRPC only for a Spider cluster (start-up time of the embedded default, issue 14)
+        from coordinator.spider.grpc.client import GrpcSpider  # noqa: PLC0415
+
         client = GrpcSpider(endpoint.host, endpoint.port)
         spider = MeasuredSpider(client)
     coordinator = Coordinator(

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import coordinator
 from coordinator.cli import job_filters
@@ -141,6 +141,21 @@ class Command:
     uses_database: bool
 
 
+class _VersionAction(argparse._VersionAction):
+    """argparse's ``--version``, the version read only when asked for (``coordinator``'s
+    ``__version__`` reads the installed metadata: no command but this one pays for it)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = f"%(prog)s {coordinator.__version__}"
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _env(name: str) -> str:
     return f"env: ${name}"
 
@@ -157,9 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: "
         + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()),
     )
-    parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {coordinator.__version__}"
-    )
+    parser.add_argument("--version", action=_VersionAction)
     add_global_options(parser, top=True, uses_database=True)
     commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
 

@@ -55,7 +55,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -391,6 +390,8 @@ def _read_mapping(path: Path) -> Mapping[str, Any]:
         ) from None
     except UnicodeDecodeError as error:
         raise ConfigError(path, [f"not UTF-8 text ({error.reason})"]) from None
+    import yaml  # noqa: PLC0415 (only with a configuration file: start-up time, issue 14)
+
     try:
         document = yaml.safe_load(text)
     except yaml.MarkedYAMLError as error:

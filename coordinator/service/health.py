@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from sqlalchemy import Engine, Table, select, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -37,12 +37,14 @@ from coordinator.config.clp import Spider
 from coordinator.config.loader import ConfigError, CoordinatorConfig, database_url
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.resource_group import ResourceGroup
-from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.spider.port import SpiderError, SpiderPort, Unauthenticated, Unavailable
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine, sqlite_file
 from coordinator.store.outage import describe_error
 from coordinator.store.schema import EngineResourceGroup
+
+if TYPE_CHECKING:
+    from coordinator.spider.grpc.client import GrpcSpider
 
 _engine_groups = cast(Table, EngineResourceGroup.__table__)
 
@@ -221,6 +223,9 @@ def spider_probe(config: CoordinatorConfig) -> GrpcSpider | None:
     if config.engine == "embedded":
         return None
     endpoint = config.clp.spider or Spider()
+    # gRPC only for a Spider cluster (start-up time of the embedded default, issue 14)
+    from coordinator.spider.grpc.client import GrpcSpider  # noqa: PLC0415
+
     return GrpcSpider(
         endpoint.host, endpoint.port, deadline_secs=PROBE_DEADLINE_SECS, max_retries=0
     )
