@@ -7,6 +7,10 @@ coordinator that paused past its lease and resumed cannot write once another too
 (the epoch moved on). Candidate rows are read with ``FOR UPDATE SKIP LOCKED`` on MariaDB/MySQL so
 coordinators do not queue behind each other; the claim itself is a compare-and-set on the epoch,
 which is what guarantees that one coordinator wins. On SQLite ``BEGIN IMMEDIATE`` serialises claims.
+Claims and renewals are batched: one ``UPDATE … WHERE id IN (…) AND lease_epoch = :seen`` per
+distinct epoch seen (``BATCH`` ids at most), each row still compared and set on its own epoch;
+when a batch changes fewer rows than it names (which the row locks make impossible, but is not
+assumed), the rows are read back to tell which ones are this claim's.
 
 What can be claimed:
 
@@ -23,17 +27,30 @@ What can be claimed:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Connection, Engine, Table, and_, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Table,
+    and_,
+    func,
+    or_,
+    select,
+    update,
+)
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus, state_of
 from coordinator.store.schema import CompressionJob
 
 _jobs = cast(Table, CompressionJob.__table__)
+
+BATCH = 500
+"""Ids per batched statement (an ``IN`` list well within every backend's limits)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +98,6 @@ def claim_pending(
     """
     if limit <= 0:
         return []
-    claimed: list[Lease] = []
     with engine.begin() as connection:
         candidates = connection.execute(
             select(_jobs.c.id, _jobs.c.lease_epoch, _jobs.c.spider_id, _jobs.c.clp_config)
@@ -97,16 +113,20 @@ def claim_pending(
             .limit(limit * 4 + 16)
             .with_for_update(skip_locked=True)
         ).all()
+        ours: list[Any] = []  # the candidate rows accepted
         for row in candidates:
-            if len(claimed) >= limit:
+            if len(ours) >= limit:
                 break
-            blob = bytes(row.clp_config)
-            if not is_ours(row.id, blob):
-                continue
-            if _take(connection, row.id, row.lease_epoch, owner, now + lease, dispatch_at=now):
-                claimed.append(
-                    Lease(row.id, row.lease_epoch + 1, JobStatus.PENDING, row.spider_id, blob)
-                )
+            if is_ours(row.id, bytes(row.clp_config)):
+                ours.append(row)
+        taken = _take_all(connection, ours, owner, now + lease, dispatch_at=now)
+        claimed = [
+            Lease(
+                row.id, row.lease_epoch + 1, JobStatus.PENDING, row.spider_id, bytes(row.clp_config)
+            )
+            for row in ours
+            if row.id in taken
+        ]
     return claimed
 
 
@@ -125,7 +145,6 @@ def take_over_in_flight(
     """
     if limit <= 0:
         return []
-    taken: list[Lease] = []
     with engine.begin() as connection:
         candidates = connection.execute(
             select(
@@ -146,29 +165,40 @@ def take_over_in_flight(
             .limit(limit)
             .with_for_update(skip_locked=True)
         ).all()
-        for row in candidates:
-            if _take(connection, row.id, row.lease_epoch, owner, now + lease, dispatch_at=None):
-                taken.append(
-                    Lease(
-                        row.id,
-                        row.lease_epoch + 1,
-                        state_of(row.status, row.committed_at),
-                        row.spider_id,
-                        bytes(row.clp_config),
-                    )
-                )
-    return taken
+        taken = _take_all(connection, candidates, owner, now + lease, dispatch_at=None)
+        return [
+            Lease(
+                row.id,
+                row.lease_epoch + 1,
+                state_of(row.status, row.committed_at),
+                row.spider_id,
+                bytes(row.clp_config),
+            )
+            for row in candidates
+            if row.id in taken
+        ]
 
 
-def _take(
+def _by_epoch(leases: Iterable[tuple[int, int]]) -> Iterator[tuple[int, list[int]]]:
+    """``(epoch, ids)`` groups of ``(id, epoch)`` pairs, at most ``BATCH`` ids each."""
+    groups: dict[int, list[int]] = {}
+    for job_id, epoch in leases:
+        groups.setdefault(epoch, []).append(job_id)
+    for epoch, ids in groups.items():
+        for start in range(0, len(ids), BATCH):
+            yield epoch, ids[start : start + BATCH]
+
+
+def _take_all(
     connection: Connection,
-    job_id: int,
-    seen_epoch: int,
+    rows: Sequence[Any],
     owner: str,
     expires: datetime,
     *,
     dispatch_at: datetime | None,
-) -> bool:
+) -> set[int]:
+    """Take the leases of ``rows`` (each with the ``id`` and ``lease_epoch`` read): each row is
+    compared and set on the epoch it was read with; the ids taken."""
     values: dict[str, object] = {
         "lease_owner": owner,
         "lease_expires_at": expires,
@@ -178,33 +208,50 @@ def _take(
     if dispatch_at is not None:
         values["dispatch_time"] = func.coalesce(_jobs.c.dispatch_time, dispatch_at)
         values["update_time"] = dispatch_at
-    matched = connection.execute(
-        update(_jobs)
-        .where(_jobs.c.id == job_id, _jobs.c.lease_epoch == seen_epoch)
-        .values(**values)
-    ).rowcount
-    return matched == 1
+    taken: set[int] = set()
+    for seen, ids in _by_epoch((row.id, row.lease_epoch) for row in rows):
+        matched = connection.execute(
+            update(_jobs).where(_jobs.c.id.in_(ids), _jobs.c.lease_epoch == seen).values(**values)
+        ).rowcount
+        if matched == len(ids):
+            taken.update(ids)
+            continue
+        # Some row moved on since it was read: this statement's rows are those now at the next
+        # epoch under this owner with this expiry (epochs only grow; the owner is exclusive).
+        taken.update(
+            connection.execute(
+                select(_jobs.c.id).where(
+                    _jobs.c.id.in_(ids),
+                    _jobs.c.lease_epoch == seen + 1,
+                    _jobs.c.lease_owner == owner,
+                    _jobs.c.lease_expires_at == expires,
+                )
+            ).scalars()
+        )
+    return taken
 
 
 def renew(engine: Engine, leases: dict[int, int], *, owner: str, expires: datetime) -> set[int]:
     """Extend the leases ``{job id: epoch}``; the ids whose lease is no longer ours.
 
-    Raises the driver's errors.
+    One statement per epoch and batch; when it changes fewer rows than it names, the batch's rows
+    still held (this owner, the same epoch) are read back, and the others are lost. Raises the
+    driver's errors.
     """
     lost: set[int] = set()
     with engine.begin() as connection:
-        for job_id, epoch in leases.items():
+        for epoch, ids in _by_epoch(leases.items()):
+            held = and_(
+                _jobs.c.id.in_(ids), _jobs.c.lease_epoch == epoch, _jobs.c.lease_owner == owner
+            )
             matched = connection.execute(
                 update(_jobs)
-                .where(
-                    _jobs.c.id == job_id,
-                    _jobs.c.lease_epoch == epoch,
-                    _jobs.c.lease_owner == owner,
-                )
+                .where(held)
                 .values(lease_expires_at=expires, update_time=_jobs.c.update_time)
             ).rowcount
-            if matched != 1:
-                lost.add(job_id)
+            if matched != len(ids):
+                still = set(connection.execute(select(_jobs.c.id).where(held)).scalars())
+                lost.update(job_id for job_id in ids if job_id not in still)
     return lost
 
 
