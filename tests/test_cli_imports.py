@@ -1,0 +1,129 @@
+"""Each command imports only what it uses (start-up time, issue 14), checked without timing: the
+packages a fresh process has imported after importing the CLI, or after running a command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.config.locations import CONFIG_ENV, DATA_DIR_ENV, DATABASE_URL_ENV
+
+HEAVY = (
+    "alembic",
+    "boto3",
+    "botocore",
+    "google.protobuf",
+    "grpc",
+    "mako",
+    "prometheus_client",
+    "pydantic",
+    "rapidfuzz",
+    "sqlalchemy",
+    "yaml",
+    "yscope_clp_core",
+)
+"""Third-party packages that cost start-up time; each is imported only by what needs it."""
+
+_REPORT = """
+import json, runpy, sys
+sys.argv = ["coordinator", *json.loads(sys.argv[1])]
+try:
+    {action}
+except SystemExit:
+    pass
+heavy = {heavy!r}
+loaded = sorted(name for name in heavy if name in sys.modules)
+print("IMPORTED " + json.dumps(loaded), file=sys.stderr)
+"""
+
+
+def _imported(
+    *argv: str, action: str = "runpy.run_module('coordinator', run_name='__main__')"
+) -> set[str]:
+    """The heavy packages a fresh interpreter holds after ``action`` (default: the command)."""
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {CONFIG_ENV, DATA_DIR_ENV, DATABASE_URL_ENV}
+    }
+    finished = subprocess.run(
+        [sys.executable, "-c", _REPORT.format(action=action, heavy=HEAVY), json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+        check=False,
+    )
+    lines = [line for line in finished.stderr.splitlines() if line.startswith("IMPORTED ")]
+    assert lines, finished.stderr
+    return set(json.loads(lines[-1].removeprefix("IMPORTED ")))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory whose database is migrated (``coordinator db upgrade``)."""
+    directory = tmp_path_factory.mktemp("data")
+    subprocess.run(
+        [sys.executable, "-m", "coordinator", "db", "upgrade", "--data-dir", str(directory)],
+        check=True,
+        capture_output=True,
+    )
+    return directory
+
+
+def test_importing_the_cli_imports_no_heavy_package() -> None:
+    assert _imported(action="import coordinator.cli.main") == set()
+
+
+def test_version_and_help_import_no_heavy_package() -> None:
+    assert _imported("--version") == set()
+    assert _imported("--help") == set()
+
+
+def test_lifecycle_imports_neither_the_database_s_migrations_nor_grpc_nor_s3() -> None:
+    assert not _imported("lifecycle") & {
+        "alembic",
+        "boto3",
+        "botocore",
+        "grpc",
+        "google.protobuf",
+        "pydantic",
+        "yaml",
+        "yscope_clp_core",
+    }
+
+
+def test_jobs_on_a_current_schema_imports_no_alembic_grpc_or_s3(data_dir: Path) -> None:
+    assert not _imported("jobs", "--data-dir", str(data_dir)) & {
+        "alembic",
+        "boto3",
+        "botocore",
+        "grpc",
+        "google.protobuf",
+        "mako",
+        "yaml",
+        "yscope_clp_core",
+    }
+
+
+def test_run_with_nothing_to_do_imports_only_what_the_embedded_default_uses(
+    data_dir: Path,
+) -> None:
+    imported = _imported("run", "--until-idle", "--data-dir", str(data_dir))
+    assert not imported & {
+        "alembic",
+        "boto3",
+        "botocore",
+        "grpc",
+        "google.protobuf",
+        "mako",
+        "rapidfuzz",
+        "yaml",
+        "yscope_clp_core",
+    }
+    assert {"sqlalchemy", "pydantic"} <= imported  # the check sees what it should
