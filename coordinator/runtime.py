@@ -355,6 +355,8 @@ def open_runtime(
         cleanup_task=cleanup_task_of(config),
         leaves_job=leaves_jobs_not_naming(config.object_store_directory) if standalone else None,
     )
+    if embedded is not None:
+        embedded.on_job_ended(coordinator.wake)  # polled at once, not after its back-off
     runtime = Runtime(
         config, engine, JobStore(engine), spider, coordinator, embedded, client, presence
     )

@@ -19,6 +19,10 @@ counts as a failed attempt of the job: attempts back off from 1 s doubling to 60
 ``max_attempts`` the job ends Failed (``coordinator.lifecycle.reactions.GIVING_UP``). Outages
 (database or Spider unavailable) are retried without limit and fail no job.
 
+Between ticks the loop sleeps until the next poll is due (``job_polling_interval_millisecs`` at
+most), or until ``wake`` is called: the embedded engine calls it when a Spider job ends, so that
+job is polled at once instead of after its back-off.
+
 A restart is not a special case: the next instance claims what is left (with a stable
 ``instance_id`` at once, else when the leases expire). A database or Spider outage makes a tick
 fail or a call be retried later; no job state is written on a guess.
@@ -32,6 +36,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -63,6 +68,18 @@ MAX_ATTEMPT_BACKOFF_SECS = 60.0
 def default_instance_id() -> str:
     """A name unique to this process: ``host:pid:random``."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class _Stopping(threading.Event):
+    """``Coordinator.stopping``: setting it also wakes the loop from its pause."""
+
+    def __init__(self, wakeup: threading.Event) -> None:
+        super().__init__()
+        self._wakeup = wakeup
+
+    def set(self) -> None:
+        super().set()
+        self._wakeup.set()
 
 
 @dataclass
@@ -109,7 +126,9 @@ class Coordinator:
         # The loop's collaborators, read-only, for callers that assemble or inspect a coordinator.
         self.driven, self.store, self.spider = self.loop.driven, self.loop.store, spider
         self.settings, self.instance_id = settings, self.loop.instance_id
-        self.stopping = threading.Event()
+        self._wakeup = threading.Event()
+        self._woken: deque[int] = deque()
+        self.stopping: threading.Event = _Stopping(self._wakeup)
         self.last_activity = self.loop.monotonic()
         """When the loop last started or ended a tick (or was built), on the loop's clock: the
         liveness check (``coordinator.service.health.loop_liveness``) reads it."""
@@ -137,21 +156,46 @@ class Coordinator:
                 report = self.tick()
             except SQLAlchemyError as error:
                 metrics.TICK_FAILURES.labels("database").inc()
-                self.stopping.wait(outage.failed(error))
+                self._sleep(outage.failed(error))
                 continue
             except Exception:
                 # Nothing a row holds may stop the service: a bug outside one job's handling is
                 # logged and the tick retried after a pause, like an outage.
                 metrics.TICK_FAILURES.labels("unexpected").inc()
                 _log.exception("unexpected error in a tick; retrying")
-                self.stopping.wait(max(interval, 1.0))
+                self._sleep(max(interval, 1.0))
                 continue
             outage.recovered()
             # A tick that concluded a job claimed before the job freed its place: tick again.
             if until_idle and not self.driven and report.claimed == 0 and not report.concluded:
                 break
-            self.stopping.wait(self._pause(interval))
+            self._sleep(self._pause(interval))
         self.release_leases()
+
+    def wake(self, spider_id: int) -> None:
+        """Poll the job of Spider job ``spider_id`` at once (its back-off is cut short), waking the
+        loop if it is pausing. Safe from any thread: the embedded engine calls it when a job ends.
+        """
+        self._woken.append(spider_id)
+        self._wakeup.set()
+
+    def _sleep(self, seconds: float) -> None:
+        """Pause for ``seconds``, or until ``wake`` is called or ``stopping`` is set."""
+        if not self._woken and not self.stopping.is_set():
+            self._wakeup.wait(seconds)
+        self._wakeup.clear()
+
+    def _due_woken(self) -> None:
+        """Make the jobs ``wake`` named due now."""
+        if not self._woken:
+            return
+        spider_ids = set()
+        while self._woken:
+            spider_ids.add(self._woken.popleft())
+        now = self.loop.monotonic()
+        for job in self.driven.values():
+            if job.spider_id in spider_ids and job.status is not JobStatus.PENDING:
+                job.next_poll = min(job.next_poll, now)
 
     def tick(self) -> TickReport:
         """One round of the loop; raises SQLAlchemy's errors when the database is unavailable.
@@ -171,6 +215,7 @@ class Coordinator:
 
     def _tick(self) -> TickReport:
         report = TickReport()
+        self._due_woken()
         self._guarded_phase("lease renewal", self.leases.renew)
         self.cancels.serve()
         if not self.stopping.is_set() and self.loop.monotonic() >= self._claim_retry_at:

@@ -298,6 +298,7 @@ class EmbeddedSpider:
         self._regular_lane: deque[tuple[int, str, bool]] = deque()
         self._termination_lane: deque[tuple[int, str, bool]] = deque()
         self._faults: list[Fault] = []
+        self._ended_listeners: list[Callable[[int], None]] = []
         # Instance ids stay unique across restarts (tasks name scratch space after them).
         self._instance_ids = itertools.count(time.time_ns() // 1000)
         self._retention = terminated_job_retention_secs
@@ -376,6 +377,14 @@ class EmbeddedSpider:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+    def on_job_ended(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(job_id)`` whenever this engine records a job's terminal state (after the
+        write, from the engine's threads or a caller's, holding the engine's lock: it must only
+        take note, as ``Coordinator.wake`` does). Not a Spider call: the hosting coordinator polls
+        the job at once instead of after its back-off."""
+        with self._condition:
+            self._ended_listeners.append(listener)
 
     def inject(self, fault: Fault) -> None:
         """Make the next ``fault.times`` matching task instances misbehave (tests only)."""
@@ -823,6 +832,11 @@ class EmbeddedSpider:
             _log.info(
                 "spider job %d: %s%s", job.id, STATE_NAMES[state], f" ({error})" if error else ""
             )
+            for listener in self._ended_listeners:
+                try:
+                    listener(job.id)
+                except Exception:
+                    _log.exception("embedded engine: a job-ended listener failed")
 
     def _written_before(self, job: _Job, state: JobState) -> bool:
         """Whether the row already holds ``state``, ours, although the guarded write of it matched

@@ -1,0 +1,92 @@
+"""The loop is woken when the embedded engine ends a job, instead of waiting for the next poll.
+
+No timing bound is asserted: the coordinator's clock is frozen, so a back-off never falls due, and
+a job that is polled at all was polled because the engine woke the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import pytest
+
+from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
+from coordinator.lifecycle import JobStatus
+from coordinator.runtime import open_runtime
+from coordinator.service.ingest import submit_job
+from coordinator.spider.port import JobState
+from coordinator.store.jobs import job_state
+from tests.engine_support import wait_for
+from tests.service_support import coordinator_with, embedded, job_row, put_logs, triggers
+
+
+@pytest.fixture
+def config(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CoordinatorConfig:
+    """The embedded default under ``tmp_path/var`` with one log file ingested, two workers."""
+    if database_url.startswith("sqlite"):
+        monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(DATABASE_URL_ENV, database_url)
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    loaded = dataclasses.replace(load_config(None, data_dir=tmp_path / "var"), embedded_workers=2)
+    put_logs(loaded, tmp_path, ["svc0"])
+    return loaded
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("woken", [True, False])
+def test_a_job_the_engine_ended_is_polled_at_once_only_when_the_engine_wakes_the_loop(
+    config: CoordinatorConfig, woken: bool
+) -> None:
+    with open_runtime(config, lease_secs=30) as rt:
+        coordinator = coordinator_with(rt, clock=lambda: 0.0)  # no back-off ever falls due
+        if woken:
+            embedded(rt).on_job_ended(coordinator.wake)
+        job_id = submit_job(config, rt.engine, timestamp_key="timestamp")
+        coordinator.tick()  # claims and submits: the first poll is due after the back-off
+        spider_id = job_row(rt, job_id).spider_id
+        assert spider_id is not None
+        assert job_state(job_row(rt, job_id)) is JobStatus.RUNNING
+        wait_for(rt.spider, spider_id, JobState.SUCCEEDED)
+        report = coordinator.tick()
+        if woken:
+            assert report.concluded == [job_id]
+            assert job_state(job_row(rt, job_id)) is JobStatus.SUCCEEDED
+            assert triggers(rt, job_id) == ["submitted", "committed", "finalised"]
+            assert job_id not in coordinator.driven
+        else:
+            assert report.concluded == []
+            assert job_state(job_row(rt, job_id)) is JobStatus.COMMITTED
+            assert job_id in coordinator.driven
+
+
+@pytest.mark.slow
+def test_open_runtime_wires_the_engine_to_wake_its_coordinator(config: CoordinatorConfig) -> None:
+    with open_runtime(config, lease_secs=30) as rt:
+        job_id = submit_job(config, rt.engine, timestamp_key="timestamp")
+        rt.coordinator.tick()
+        spider_id = job_row(rt, job_id).spider_id
+        assert spider_id is not None
+        wait_for(rt.spider, spider_id, JobState.SUCCEEDED)
+        assert list(rt.coordinator._woken) == [spider_id]  # noted for the next tick
+
+
+@pytest.mark.parametrize("how", ["wake", "stop", "wake_before"])
+def test_the_pause_ends_when_the_loop_is_woken_or_stopped(
+    config: CoordinatorConfig, how: str
+) -> None:
+    with open_runtime(config, lease_secs=30) as rt:
+        coordinator = rt.coordinator
+        if how == "wake_before":
+            coordinator.wake(7)  # a wake between two pauses is not lost
+        pause = threading.Thread(target=coordinator._sleep, args=(3600.0,), daemon=True)
+        pause.start()
+        if how == "wake":
+            coordinator.wake(7)
+        elif how == "stop":
+            coordinator.stopping.set()
+        pause.join(timeout=60)  # a guard against hanging for an hour, not a timing bound
+        assert not pause.is_alive()
