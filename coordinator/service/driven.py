@@ -99,9 +99,12 @@ class Loop:
     ) -> TransitionResult:
         """Move ``job`` from its known state to ``target`` by ``trigger``, fenced by its lease.
 
-        A terminal move releases the lease; a terminal move or a lost race stops driving the job.
-        Raises what ``JobStore.transition`` raises (``effects``' exceptions roll the move back).
+        A terminal move releases the lease in its own transaction; a terminal move or a lost race
+        stops driving the job. Raises what ``JobStore.transition`` raises (``effects``' exceptions
+        roll the move back).
         """
+        if target.is_terminal:
+            effects = self._releasing(job, effects)
         result = self.store.transition(
             TransitionRequest(
                 job.job_id,
@@ -119,18 +122,22 @@ class Loop:
         if isinstance(result, Applied):
             job.status = target
             _log.info("%s → %s: %s", trigger, target.label, reason, extra=job.log())
-            if target.is_terminal:
-                leases.release(
-                    self.store.engine,
-                    {job.job_id: job.epoch},
-                    owner=self.instance_id,
-                    now=result.at,
-                )
         elif isinstance(result, LostRace):
             _log.info("lost a race: %s", result.describe(), extra=job.log())
         if target.is_terminal or not isinstance(result, Applied):
             self.driven.pop(job.job_id, None)
         return result
+
+    def _releasing(self, job: DrivenJob, effects: Effects | None) -> Effects:
+        """``effects``, then the release of ``job``'s lease, as the effects of a terminal move."""
+        held, owner = {job.job_id: job.epoch}, self.instance_id
+
+        def release(connection: Connection, applied: Applied) -> None:
+            if effects is not None:
+                effects(connection, applied)
+            leases.release_within(connection, held, owner=owner, now=applied.at)
+
+        return release
 
     def react(self, job: DrivenJob, reaction: Reaction, **fields: object) -> None:
         """Take ``reaction``'s move from the job's state, with its message's ``fields``.

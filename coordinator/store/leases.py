@@ -258,18 +258,25 @@ def renew(engine: Engine, leases: dict[int, int], *, owner: str, expires: dateti
 def release(engine: Engine, leases: dict[int, int], *, owner: str, now: datetime) -> None:
     """Let the leases ``{job id: epoch}`` expire now: another coordinator may continue at once."""
     with engine.begin() as connection:
-        for job_id, epoch in leases.items():
-            connection.execute(
-                update(_jobs)
-                .where(
-                    and_(
-                        _jobs.c.id == job_id,
-                        _jobs.c.lease_epoch == epoch,
-                        _jobs.c.lease_owner == owner,
-                    )
+        release_within(connection, leases, owner=owner, now=now)
+
+
+def release_within(
+    connection: Connection, leases: dict[int, int], *, owner: str, now: datetime
+) -> None:
+    """``release`` in the caller's transaction (a terminal move releases its lease in its own)."""
+    for job_id, epoch in leases.items():
+        connection.execute(
+            update(_jobs)
+            .where(
+                and_(
+                    _jobs.c.id == job_id,
+                    _jobs.c.lease_epoch == epoch,
+                    _jobs.c.lease_owner == owner,
                 )
-                .values(lease_expires_at=now, update_time=_jobs.c.update_time)
             )
+            .values(lease_expires_at=now, update_time=_jobs.c.update_time)
+        )
 
 
 def request_cancel(engine: Engine, job_id: int, now: datetime) -> bool:
