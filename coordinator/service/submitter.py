@@ -76,6 +76,9 @@ class Submitter:
         self.loop = loop
         self.resource_group = resource_group
         self._attempt_failed = attempt_failed
+        self._datasets_with_tables: set[str] = set()
+        """Datasets whose tables this submitter created or found (checked once per process: the
+        commit creates them again should they be dropped meanwhile)."""
 
     def submit(self, job: DrivenJob) -> None:
         """Submit ``job`` (or end it, when it never can run). Raises the driver's errors."""
@@ -108,7 +111,9 @@ class Submitter:
             self.loop.move(job, Trigger.REJECTED, JobStatus.FAILED, str(rejection))
             return None
         try:
-            ensure_dataset_tables(self.loop.engine, prepared.dataset)
+            if prepared.dataset not in self._datasets_with_tables:
+                ensure_dataset_tables(self.loop.engine, prepared.dataset)
+                self._datasets_with_tables.add(prepared.dataset)
         except DBAPIError as error:
             why = f"cannot create the tables of dataset {prepared.dataset}: {error}"
             if is_transient(error):
