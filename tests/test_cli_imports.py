@@ -24,6 +24,7 @@ HEAVY = (
     "pydantic",
     "rapidfuzz",
     "sqlalchemy",
+    "transitions",
     "yaml",
     "yscope_clp_core",
 )
@@ -88,6 +89,7 @@ def test_version_and_help_import_no_heavy_package() -> None:
 def test_lifecycle_imports_neither_the_database_s_migrations_nor_grpc_nor_s3() -> None:
     assert not _imported("lifecycle") & {
         "alembic",
+        "transitions",  # the tables need the edges, not the transitions machine
         "boto3",
         "botocore",
         "grpc",
@@ -106,6 +108,7 @@ def test_jobs_on_a_current_schema_imports_no_alembic_grpc_or_s3(data_dir: Path) 
         "grpc",
         "google.protobuf",
         "mako",
+        "transitions",
         "yaml",
         "yscope_clp_core",
     }
@@ -123,7 +126,15 @@ def test_run_with_nothing_to_do_imports_only_what_the_embedded_default_uses(
         "google.protobuf",
         "mako",
         "rapidfuzz",
+        "transitions",  # the machine is built at the first move
         "yaml",
         "yscope_clp_core",
     }
     assert {"sqlalchemy", "pydantic"} <= imported  # the check sees what it should
+
+
+def test_the_lifecycle_s_transitions_machine_is_built_at_first_use() -> None:
+    prefix = "from coordinator.lifecycle import JobStatus, edge_for, edges_from; "
+    assert "transitions" not in _imported(action=prefix + "edges_from(JobStatus.PENDING)")
+    move = "edge_for('submitted', JobStatus.PENDING, JobStatus.RUNNING)"
+    assert "transitions" in _imported(action=prefix + move)

@@ -1,9 +1,10 @@
 """The job lifecycle, defined once: status numbers, the machine's edges, the reactions to Spider's
 outcomes, how each state is stored, and the diagrams and tables generated from them."""
 
+from typing import TYPE_CHECKING, Any
+
 from coordinator.lifecycle.machine import (
     EDGES,
-    MACHINE,
     Actor,
     Edge,
     IllegalTransition,
@@ -45,6 +46,19 @@ from coordinator.lifecycle.storage import (
     stored_status,
     stored_values,
 )
+
+if TYPE_CHECKING:
+    from coordinator.lifecycle.machine import MACHINE
+
+
+def __getattr__(name: str) -> Any:
+    # ``MACHINE`` is built on first use (``coordinator.lifecycle.machine``; issue 14).
+    if name == "MACHINE":
+        from coordinator.lifecycle import machine  # noqa: PLC0415
+
+        return machine.MACHINE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CLP_STATUS_VALUES",

@@ -32,7 +32,7 @@ from typing import Any
 
 from transitions.extensions.diagrams_graphviz import Graph as GraphvizGraph
 
-from coordinator.lifecycle.machine import GraphEngine, LifecycleMachine, build_machine
+from coordinator.lifecycle.graph import GraphEngine, LifecycleMachine, build_machine
 from coordinator.lifecycle.status import LIFECYCLE_ORDER
 from coordinator.lifecycle.tables import lifecycle_markdown, reaction_labels
 

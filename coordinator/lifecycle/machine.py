@@ -3,11 +3,12 @@
 ``EDGES`` below is the whole machine: every edge names its trigger, who may fire it, the row guards
 its ``UPDATE`` carries, the columns it must record and why it exists. It is turned into a
 ``transitions`` machine (``MACHINE``, whose states are ``JobStatus`` itself and whose transitions
-carry their ``Edge``) that validates every requested move; the store builds each guarded ``UPDATE``
-from the same edge, and the diagrams in ``diagrams/`` and the tables in ``docs/lifecycle.md`` are
-generated from it (``coordinator diagrams``; ``coordinator lifecycle`` prints the tables). The
-machine never holds a job's state: the database row does. A request is checked against the
-definition, then applied by a compare-and-set on the row.
+carry their ``Edge``; ``coordinator.lifecycle.graph`` builds it on first use) that validates every
+requested move; the store builds each guarded ``UPDATE`` from the same edge, and the diagrams in
+``diagrams/`` and the tables in ``docs/lifecycle.md`` are generated from it (``coordinator
+diagrams``; ``coordinator lifecycle`` prints the tables). The machine never holds a job's state:
+the database row does. A request is checked against the definition, then applied by a
+compare-and-set on the row.
 
 What the coordinator does for each Spider outcome is data too: ``coordinator.lifecycle.reactions``.
 
@@ -26,18 +27,13 @@ Deliberately absent:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
-
-from transitions import State
-from transitions.extensions import GraphMachine
-from transitions.extensions.diagrams import TransitionGraphSupport
-from transitions.extensions.states import Tags, add_state_features
+from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import CoordinatorError
-from coordinator.lifecycle.status import LIFECYCLE_ORDER, JobStatus
+from coordinator.lifecycle.status import JobStatus
 
 
 class Trigger(StrEnum):
@@ -239,82 +235,22 @@ EDGES: tuple[Edge, ...] = (
     ),
 )
 
-TERMINAL_TAG = "terminal"
+if TYPE_CHECKING:
+    from coordinator.lifecycle.graph import LifecycleMachine
 
-GraphEngine = Literal["mermaid", "graphviz"]
-
-
-class LabelledState(State):
-    """A state with a display label (``Pending``) beside its enum name (``PENDING``)."""
-
-    def __init__(self, *args: Any, label: str | None = None, **kwargs: Any) -> None:
-        self.label = label
-        super().__init__(*args, **kwargs)
+    MACHINE: LifecycleMachine
+    """The validating machine. Model-less: it answers "is this move legal", never "where is job
+    N". Built on first use (``coordinator.lifecycle.graph.validating_machine``)."""
 
 
-class EdgeTransition(TransitionGraphSupport):
-    """A transition that carries its ``Edge``: one lookup says whether a move is legal and what
-    it must record."""
+def __getattr__(name: str) -> Any:
+    # ``MACHINE`` is built on first use: ``transitions``' extensions cost start-up time that a
+    # command needing only the edges should not pay (issue 14).
+    if name == "MACHINE":
+        from coordinator.lifecycle.graph import validating_machine  # noqa: PLC0415
 
-    def __init__(self, *args: Any, edge: Edge, **kwargs: Any) -> None:
-        self.edge = edge
-        super().__init__(*args, **kwargs)
-
-
-@add_state_features(Tags, LabelledState)
-class LifecycleMachine(GraphMachine):
-    """``GraphMachine`` over ``JobStatus``: tagged, labelled states, edge-carrying transitions."""
-
-    transition_cls = EdgeTransition
-
-
-def build_machine(
-    model: object | None = None,
-    *,
-    graph_engine: GraphEngine = "mermaid",
-    edge_labels: Mapping[Edge, str] | None = None,
-) -> LifecycleMachine:
-    """A ``transitions`` machine for ``EDGES``, its states the members of ``JobStatus``.
-
-    ``GraphMachine`` is used (rather than the plain ``Machine``) because only it carries edge
-    labels, which the diagrams need; validation uses it without a model. With ``model``, the
-    machine can draw (``model.get_graph()``) using ``graph_engine`` ("mermaid" or "graphviz");
-    ``edge_labels`` replaces an edge's default label (its trigger and actors).
-    """
-    labels = edge_labels or {}
-    states = [
-        {
-            "name": status,
-            "label": status.label,
-            "final": status.is_terminal,
-            "tags": [TERMINAL_TAG] if status.is_terminal else [],
-        }
-        for status in LIFECYCLE_ORDER
-    ]
-    transitions = [
-        {
-            "trigger": str(edge.trigger),
-            "source": edge.source,
-            "dest": edge.dest,
-            "label": labels.get(edge, edge.label),
-            "edge": edge,
-        }
-        for edge in EDGES
-    ]
-    return LifecycleMachine(
-        model=model,
-        states=states,
-        transitions=transitions,
-        initial=JobStatus.PENDING,
-        auto_transitions=False,
-        graph_engine=graph_engine,
-        title="Compression job lifecycle",
-        show_state_attributes=True,
-    )
-
-
-MACHINE = build_machine()
-"""The validating machine. Model-less: it answers "is this move legal", never "where is job N"."""
+        return validating_machine()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class IllegalTransition(CoordinatorError, ValueError):
@@ -354,7 +290,9 @@ def edges_from(source: JobStatus) -> tuple[Edge, ...]:
 
 def edge_for(trigger: str, source: JobStatus, dest: JobStatus) -> Edge:
     """The edge ``trigger`` takes from ``source`` to ``dest``; raises ``IllegalTransition``."""
-    found = MACHINE.get_transitions(trigger=str(trigger), source=source, dest=dest)
+    from coordinator.lifecycle.graph import EdgeTransition, validating_machine  # noqa: PLC0415
+
+    found = validating_machine().get_transitions(trigger=str(trigger), source=source, dest=dest)
     if not found:
         raise IllegalTransition(
             _explain_missing_move(trigger, source, dest), trigger=trigger, source=source, dest=dest
