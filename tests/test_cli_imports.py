@@ -30,6 +30,9 @@ HEAVY = (
 )
 """Third-party packages that cost start-up time; each is imported only by what needs it."""
 
+ASSEMBLY = ("coordinator.runtime", "coordinator.engine", "coordinator.service.coordinator")
+"""The running service's parts: a command that only reads a database imports none of them."""
+
 _REPORT = """
 import json, runpy, sys
 sys.argv = ["coordinator", *json.loads(sys.argv[1])]
@@ -46,14 +49,20 @@ print("IMPORTED " + json.dumps(loaded), file=sys.stderr)
 def _imported(
     *argv: str, action: str = "runpy.run_module('coordinator', run_name='__main__')"
 ) -> set[str]:
-    """The heavy packages a fresh interpreter holds after ``action`` (default: the command)."""
+    """The heavy packages (and parts of ``ASSEMBLY``) a fresh interpreter holds after ``action``
+    (default: the command)."""
     environment = {
         name: value
         for name, value in os.environ.items()
         if name not in {CONFIG_ENV, DATA_DIR_ENV, DATABASE_URL_ENV}
     }
     finished = subprocess.run(
-        [sys.executable, "-c", _REPORT.format(action=action, heavy=HEAVY), json.dumps(argv)],
+        [
+            sys.executable,
+            "-c",
+            _REPORT.format(action=action, heavy=HEAVY + ASSEMBLY),
+            json.dumps(argv),
+        ],
         capture_output=True,
         text=True,
         env=environment,
@@ -102,6 +111,7 @@ def test_lifecycle_imports_neither_the_database_s_migrations_nor_grpc_nor_s3() -
 
 def test_jobs_on_a_current_schema_imports_no_alembic_grpc_or_s3(data_dir: Path) -> None:
     assert not _imported("jobs", "--data-dir", str(data_dir)) & {
+        *ASSEMBLY,
         "alembic",
         "boto3",
         "botocore",
@@ -138,3 +148,7 @@ def test_the_lifecycle_s_transitions_machine_is_built_at_first_use() -> None:
     assert "transitions" not in _imported(action=prefix + "edges_from(JobStatus.PENDING)")
     move = "edge_for('submitted', JobStatus.PENDING, JobStatus.RUNNING)"
     assert "transitions" in _imported(action=prefix + move)
+
+
+def test_show_opens_the_database_without_the_running_service_s_parts(data_dir: Path) -> None:
+    assert not _imported("show", "1", "--data-dir", str(data_dir)) & {*ASSEMBLY, "transitions"}

@@ -416,7 +416,7 @@ def _existing_database(
     config: CoordinatorConfig, *, require_current: bool = True
 ) -> Iterator[Engine]:
     """The database of a command that must not create or migrate one."""
-    from coordinator.runtime import open_existing_engine
+    from coordinator.store.opening import open_existing_engine
 
     engine = open_existing_engine(config, require_current=require_current)
     try:
@@ -428,7 +428,7 @@ def _existing_database(
 @contextmanager
 def _database(config: CoordinatorConfig) -> Iterator[Engine]:
     """The database of a command that writes jobs (a SQLite one created and migrated)."""
-    from coordinator.runtime import open_engine
+    from coordinator.store.opening import open_engine
 
     engine = open_engine(config)
     try:
@@ -519,7 +519,8 @@ def _spider_serve(args: argparse.Namespace) -> int:
     import threading
 
     from coordinator.engine.grpc_server import run_server
-    from coordinator.runtime import embedded_spider, open_engine
+    from coordinator.runtime import embedded_spider
+    from coordinator.store.opening import open_engine
 
     config = _config(args)
     _configure_logs(args, config, logging.INFO)
