@@ -9,9 +9,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from coordinator.store.database import is_transient_driver_error
-from coordinator.store.outage import describe_error
-
 LogFormat = Literal["text", "json"]
 JOB_FIELDS = ("job_id", "spider_id")
 
@@ -59,11 +56,14 @@ class LostPooledConnections(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if (
-            record.name.startswith("sqlalchemy.pool")
-            and error is not None
-            and is_transient_driver_error(error)
-        ):
+        if not record.name.startswith("sqlalchemy.pool") or error is None:
+            return True
+        # Imported here: configuring the logs must not import SQLAlchemy (start-up time of the
+        # commands without a database, issue 14); a pool's record means it is imported already.
+        from coordinator.store.database import is_transient_driver_error  # noqa: PLC0415
+        from coordinator.store.outage import describe_error  # noqa: PLC0415
+
+        if is_transient_driver_error(error):
             record.msg, record.args = (
                 "discarded a pooled database connection: %s",
                 (describe_error(error),),
