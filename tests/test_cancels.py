@@ -27,6 +27,7 @@ from coordinator.lifecycle import JobStatus
 from coordinator.lifecycle.reactions import CANCELLED_AT_OUTCOME
 from coordinator.runtime import Runtime, cleanup_task_of
 from coordinator.service.ingest import submit_job
+from coordinator.service.submitter import CANCELLED_BEFORE_SUBMISSION
 from coordinator.spider.port import JobState, ServerError, SpiderPort, Unavailable
 from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table, files_table
@@ -363,3 +364,59 @@ def test_the_cleanup_task_follows_the_engine_unless_configured(tmp_path: Path) -
         True,
         False,
     ]
+
+
+# --- 3. a submission never wins over a cancel request --------------------------------------------
+
+
+class _CancelledWhileRegistering(_RefusalRecorder):
+    """An operator asks to cancel job ``job_id`` while its RegisterJob is under way."""
+
+    def __init__(self, inner: SpiderPort, rt: Runtime, job_id: int) -> None:
+        super().__init__(inner)
+        self.rt, self.job_id = rt, job_id
+        self.registered: list[int] = []
+        self.started: list[int] = []
+
+    def register_job(self, *args: object, **kwargs: object) -> int:
+        spider_id = self.inner.register_job(*args, **kwargs)  # type: ignore[arg-type]
+        self.registered.append(spider_id)
+        assert request_cancel(self.rt.engine, self.job_id, self.rt.store.clock())
+        return spider_id
+
+    def start_job(self, job_id: int) -> JobState:
+        self.started.append(job_id)
+        return self.inner.start_job(job_id)
+
+
+def test_a_cancel_request_made_during_the_submission_refuses_the_submitted_move(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    """The ``submitted`` move is guarded by ``cancel_requested_at IS NULL``: the registered Spider
+    job is abandoned Ready, never started, and the job is killed when claimed again."""
+    job_id = submit_job(two_objects, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    spider = _CancelledWhileRegistering(rt.spider, rt, job_id)
+    coordinator = coordinator_with(rt, spider=spider)
+    tick_until(coordinator, lambda: _ended(rt, job_id))
+    row = job_row(rt, job_id)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION)
+    assert row.spider_id is None and triggers(rt, job_id) == ["cancelled"]
+    assert len(spider.registered) == 1 and spider.started == []
+    assert rt.spider.get_job_state(spider.registered[0]) is JobState.READY
+
+
+def test_a_job_claimed_with_a_cancel_request_is_killed_without_registering(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    """The claim reads the request with the row: no separate read, no RegisterJob."""
+    job_id = submit_job(two_objects, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    with rt.engine.begin() as connection:  # held by no one, so `coordinator cancel` would kill it
+        connection.execute(
+            update(_jobs).where(_jobs.c.id == job_id).values(cancel_requested_at=utc_now())
+        )
+    spider = _CancelledWhileRegistering(rt.spider, rt, job_id)
+    coordinator = coordinator_with(rt, spider=spider)
+    tick_until(coordinator, lambda: _ended(rt, job_id))
+    row = job_row(rt, job_id)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION)
+    assert spider.registered == [] and triggers(rt, job_id) == ["cancelled"]

@@ -53,6 +53,10 @@ class DrivenJob:
     retry_submit_at: float = 0.0
     failed_attempts: int = 0
     """Attempts that failed with an error that is not an outage (bounded by ``max_attempts``)."""
+    cancel_requested: bool = False
+    """The claim found an operator's cancel request on the row: the job is killed, not submitted
+    (a request made later is served by ``CancelServer`` or refused by the ``submitted`` move's
+    guard)."""
 
     def log(self) -> dict[str, object]:
         return job_fields(self.job_id, self.spider_id)

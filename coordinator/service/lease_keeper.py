@@ -114,6 +114,7 @@ class LeaseKeeper:
                 dataset=dataset_of(lease.clp_config),
                 clp_config=lease.clp_config,
                 backoff_ms=init,
+                cancel_requested=lease.cancel_requested,
             )
             self.loop.driven[job.job_id] = job
             verb = "took over" if lease.status is not JobStatus.PENDING else "claimed"

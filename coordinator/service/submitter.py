@@ -34,7 +34,6 @@ from coordinator.spider.port import (
     cancel_if_safe,
     start_if_ready,
 )
-from coordinator.store import leases
 from coordinator.store.database import is_transient
 from coordinator.store.datasets import ensure_dataset_tables
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
@@ -96,8 +95,11 @@ class Submitter:
 
     def _prepare(self, job: DrivenJob) -> PreparedJob | None:
         """The job's submission, or ``None`` when it was cancelled, rejected or must wait."""
-        if leases.cancel_requests(self.loop.engine, [job.job_id]):
-            # Asked before this coordinator claimed it (or since): never submit it.
+        if job.cancel_requested:
+            # Asked before this coordinator claimed it: never submit it. A request made since is
+            # served at the start of the next tick (``CancelServer``), or, when it comes during
+            # this submission, refused by the ``submitted`` move's guard (the registered Spider
+            # job is abandoned Ready and the job is killed when claimed again).
             self.loop.move(job, Trigger.CANCELLED, JobStatus.KILLED, CANCELLED_BEFORE_SUBMISSION)
             return None
         try:
@@ -169,6 +171,7 @@ class Submitter:
                 spider_id=spider_id,
                 num_tasks=prepared.num_tasks,
                 fence=job.epoch,
+                unless_cancel_requested=True,
             )
         )
         if not isinstance(result, Applied):

@@ -83,6 +83,9 @@ class TransitionRequest:
     uncompressed_size: int | None = None
     compressed_size: int | None = None
     fence: int | None = None
+    unless_cancel_requested: bool = False
+    """When set, the write only applies while no operator has asked to cancel the job
+    (``cancel_requested_at IS NULL``): a submission never wins over a cancel request."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,8 @@ def _guards(edge: Edge, request: TransitionRequest) -> list[ColumnElement[bool]]
             guards.append(_jobs.c.spider_id == request.spider_id)
     if request.fence is not None:
         guards.append(_jobs.c.lease_epoch == request.fence)
+    if request.unless_cancel_requested:
+        guards.append(_jobs.c.cancel_requested_at.is_(None))
     return [and_(*guards)]
 
 

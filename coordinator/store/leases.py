@@ -66,6 +66,9 @@ class Lease:
     status: JobStatus
     spider_id: int | None
     clp_config: bytes
+    cancel_requested: bool = False
+    """An operator asked to cancel the job before it was claimed (``cancel_requested_at`` was
+    set): a Pending job is then killed, never submitted."""
 
 
 def _claimable_by(owner: str, now: datetime) -> ColumnElement[bool]:
@@ -100,7 +103,13 @@ def claim_pending(
         return []
     with engine.begin() as connection:
         candidates = connection.execute(
-            select(_jobs.c.id, _jobs.c.lease_epoch, _jobs.c.spider_id, _jobs.c.clp_config)
+            select(
+                _jobs.c.id,
+                _jobs.c.lease_epoch,
+                _jobs.c.spider_id,
+                _jobs.c.clp_config,
+                _jobs.c.cancel_requested_at,
+            )
             .where(
                 _jobs.c.status == int(JobStatus.PENDING),
                 _jobs.c.spider_id.is_not(None)
@@ -122,7 +131,12 @@ def claim_pending(
         taken = _take_all(connection, ours, owner, now + lease, dispatch_at=now)
         claimed = [
             Lease(
-                row.id, row.lease_epoch + 1, JobStatus.PENDING, row.spider_id, bytes(row.clp_config)
+                row.id,
+                row.lease_epoch + 1,
+                JobStatus.PENDING,
+                row.spider_id,
+                bytes(row.clp_config),
+                cancel_requested=row.cancel_requested_at is not None,
             )
             for row in ours
             if row.id in taken
