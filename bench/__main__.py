@@ -42,6 +42,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes")
     parser.add_argument("--jobs", type=int, help="P1/P1b jobs (default 1,000)")
     parser.add_argument("--big-mib", type=int, help="P2 job size (default 200)")
+    parser.add_argument("--big-rounds", type=int, help="P2 rounds, floor and job alternately (3)")
     parser.add_argument("--in-flight", type=int, help="P3 max_concurrent_jobs (default 1,000)")
     parser.add_argument("--backlog", type=int, nargs=2, metavar=("SMALL", "LARGE"))
     parser.add_argument("--restart-jobs", type=int, help="P4 jobs (default 1,000)")
@@ -54,7 +55,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def sizes_of(args: argparse.Namespace) -> Sizes:
     sizes = Sizes.smoke() if args.smoke else Sizes()
-    for name in ("jobs", "big_mib", "in_flight", "restart_jobs", "partition_objects", "workers"):
+    for name in (
+        "jobs",
+        "big_mib",
+        "big_rounds",
+        "in_flight",
+        "restart_jobs",
+        "partition_objects",
+        "workers",
+    ):
         if getattr(args, name) is not None:
             setattr(sizes, name, getattr(args, name))
     if args.backlog is not None:
@@ -64,7 +73,15 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
 
 def size_options(args: argparse.Namespace) -> list[str]:
     options = ["--smoke"] if args.smoke else []
-    for name in ("jobs", "big_mib", "in_flight", "restart_jobs", "partition_objects", "workers"):
+    for name in (
+        "jobs",
+        "big_mib",
+        "big_rounds",
+        "in_flight",
+        "restart_jobs",
+        "partition_objects",
+        "workers",
+    ):
         if getattr(args, name) is not None:
             options += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     if args.backlog is not None:
