@@ -39,7 +39,6 @@ from coordinator.spider.port import (
 )
 from coordinator.store import leases
 from coordinator.store.database import is_transient
-from coordinator.store.jobs import job_state
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -103,9 +102,8 @@ class OutcomeHandler:
         )
 
     def _conclude(self, job: DrivenJob, state: JobState | None) -> None:
-        row = self.loop.store.get(job.job_id)
         try:
-            current = None if row is None else job_state(row)
+            current = self.loop.store.state(job.job_id)  # two columns, no ORM session
         except ValueError:
             current = None  # a status no one defines: another writer's, left as it is
         if current is None:

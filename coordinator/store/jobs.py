@@ -130,8 +130,11 @@ class JobStore:
 
         Raises ``ValueError`` for a status no one defines.
         """
-        job = self.get(job_id)
-        return None if job is None else job_state(job)
+        with self.engine.connect() as connection:
+            row = connection.execute(
+                select(_jobs.c.status, _jobs.c.committed_at).where(_jobs.c.id == job_id)
+            ).one_or_none()
+        return None if row is None else state_of(row.status, row.committed_at)
 
     def history(self, job_id: int) -> Sequence[JobTransition]:
         """The job's applied moves, oldest first."""
