@@ -53,17 +53,21 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+SIZE_OPTIONS = (
+    "jobs",
+    "big_mib",
+    "big_rounds",
+    "in_flight",
+    "restart_jobs",
+    "partition_objects",
+    "workers",
+)
+"""The size options (``--jobs`` …), each a field of ``Sizes``, passed on to each case's process."""
+
+
 def sizes_of(args: argparse.Namespace) -> Sizes:
     sizes = Sizes.smoke() if args.smoke else Sizes()
-    for name in (
-        "jobs",
-        "big_mib",
-        "big_rounds",
-        "in_flight",
-        "restart_jobs",
-        "partition_objects",
-        "workers",
-    ):
+    for name in SIZE_OPTIONS:
         if getattr(args, name) is not None:
             setattr(sizes, name, getattr(args, name))
     if args.backlog is not None:
@@ -73,15 +77,7 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
 
 def size_options(args: argparse.Namespace) -> list[str]:
     options = ["--smoke"] if args.smoke else []
-    for name in (
-        "jobs",
-        "big_mib",
-        "big_rounds",
-        "in_flight",
-        "restart_jobs",
-        "partition_objects",
-        "workers",
-    ):
+    for name in SIZE_OPTIONS:
         if getattr(args, name) is not None:
             options += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     if args.backlog is not None:

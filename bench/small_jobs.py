@@ -39,15 +39,14 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
+from bench.suite import run_clp_s
 from coordinator.cli.samples import json_log_lines
 from coordinator.config.loader import CoordinatorConfig, database_url, load_config
-from coordinator.engine.tasks.compress import CLP_S_PACKAGE
 from coordinator.service.ingest import submit_job
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
@@ -88,10 +87,6 @@ def parse_options(argv: list[str] | None) -> Options:
         profile=args.profile,
         repeat=args.repeat,
     )
-
-
-def clp_s_binary() -> Path:
-    return Path(str(files(CLP_S_PACKAGE) / "bin" / "clp-s"))
 
 
 def create_database(server: str) -> tuple[str, str]:
@@ -135,38 +130,15 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def floor(paths: list[Path], root: Path, workers: int) -> float:
-    """Seconds for one bare clp-s run per path, ``workers`` at a time (the compress task's args)."""
-    binary = clp_s_binary()
+def floor(config: CoordinatorConfig, paths: list[Path], root: Path, workers: int) -> float:
+    """Seconds for one bare clp-s run per path, ``workers`` at a time (the compress task's
+    command, ``bench.suite.run_clp_s``)."""
     scratch = root / "floor"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
 
     def one(index: int) -> None:
-        directory = scratch / str(index)
-        directory.mkdir()
-        listing = directory / "list.txt"
-        listing.write_text(f"{paths[index]}\n")
-        subprocess.run(
-            [
-                str(binary),
-                "c",
-                str(directory / "archives"),
-                "--print-archive-stats",
-                "--target-encoded-size",
-                str(256 * 1024 * 1024),
-                "--compression-level",
-                "3",
-                "--single-file-archive",
-                "--timestamp-key",
-                "timestamp",
-                "--files-from",
-                str(listing),
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        run_clp_s(config, [paths[index]], scratch / str(index))
 
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -229,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(options.repeat):
             paths = submit_round(config, url, root, options, round_)
             cpu = children_cpu()
-            floor_secs = floor(paths, root, options.workers)
+            floor_secs = floor(config, paths, root, options.workers)
             floor_cpu, cpu = children_cpu() - cpu, children_cpu()
             profile = options.profile / f"run{round_}" if options.profile else None
             coordinator_secs = run_coordinator(root, environment, profile)

@@ -39,7 +39,7 @@ from bench.soak import create_database, drop_database
 from coordinator import metrics
 from coordinator.cli.samples import json_log_lines
 from coordinator.config.loader import CoordinatorConfig, load_config
-from coordinator.engine.tasks.compress import CLP_S_PACKAGE
+from coordinator.engine.tasks.compress import CLP_S_PACKAGE, clp_s_command
 from coordinator.lifecycle import JobStatus
 from coordinator.partition import partition_objects
 from coordinator.runtime import open_engine, open_runtime
@@ -241,25 +241,15 @@ def run_clp_s(config: CoordinatorConfig, inputs: Sequence[Path], output: Path) -
     listing = output.with_suffix(".txt")
     listing.write_text("".join(f"{path}\n" for path in inputs))
     archive = config.clp.archive_output
-    subprocess.run(
-        [
-            str(clp_s_binary()),
-            "c",
-            str(output),
-            "--print-archive-stats",
-            "--target-encoded-size",
-            str(archive.target_encoded_file_size),
-            "--compression-level",
-            str(archive.compression_level),
-            "--single-file-archive",
-            "--timestamp-key",
-            "timestamp",
-            "--files-from",
-            str(listing),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
+    command = clp_s_command(
+        clp_s_binary(),
+        output,
+        listing,
+        target_encoded_size=archive.target_encoded_file_size,
+        compression_level=archive.compression_level,
+        timestamp_key="timestamp",
     )
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
 def timed(function: Callable[[], Any]) -> float:

@@ -374,21 +374,44 @@ def _clp_s_command(
     output_directory: Path,
     list_file: Path,
 ) -> list[str]:
+    return clp_s_command(
+        binary,
+        output_directory,
+        list_file,
+        target_encoded_size=option.target_encoded_size,
+        compression_level=option.compression_level,
+        timestamp_key=option.timestamp_key,
+        s3=clp_s_input.s3,
+    )
+
+
+def clp_s_command(
+    binary: Path,
+    output_directory: Path,
+    list_file: Path,
+    *,
+    target_encoded_size: int,
+    compression_level: int,
+    timestamp_key: str | None,
+    s3: bool = False,
+) -> list[str]:
+    """The ``clp-s c`` command line of the task (CLP's flags, the module docstring): public so
+    that the benchmarks' floor runs exactly what the task runs."""
     command = [
         str(binary),
         "c",
         str(output_directory),
         "--print-archive-stats",
         "--target-encoded-size",
-        str(option.target_encoded_size),
+        str(target_encoded_size),
         "--compression-level",
-        str(option.compression_level),
+        str(compression_level),
         "--single-file-archive",
     ]
-    if clp_s_input.s3:
+    if s3:
         command += ["--auth", "s3"]
-    if option.timestamp_key is not None:
-        command += ["--timestamp-key", option.timestamp_key]
+    if timestamp_key is not None:
+        command += ["--timestamp-key", timestamp_key]
     return [*command, "--files-from", str(list_file)]
 
 
