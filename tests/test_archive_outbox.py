@@ -18,7 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, insert, inspect, text
+from sqlalchemy import Engine, event, insert, inspect, text
 
 from coordinator.archive_storage import FsArchiveOutput, S3ArchiveOutput
 from coordinator.archive_storage.storage import remove_archive, store_archive
@@ -164,6 +164,78 @@ def test_clean_up_during_the_upload_makes_the_instance_remove_its_archive(
         clp_s_s3_compress(context, _inputs(tmp_path))
 
     assert settled == [1]  # the storing record's (not yet existing) file
+    assert _archive_files(tmp_path) == []
+    assert _records(migrated_engine, job_id) == []
+
+
+def _several_archives(tmp_path: Path) -> list[bytes]:
+    write_json_logs(tmp_path / "objects" / "logs" / "big.jsonl", 1500)
+    return task_inputs(
+        ["big.jsonl"], dataset=DATASET, store=tmp_path / "objects", target_encoded_size=64 * 1024
+    )
+
+
+def test_every_archive_is_recorded_storing_before_the_first_is_stored_in_two_commits(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several archives: one transaction records them all ``storing`` (attributed to the job)
+    before any file exists, one marks them all ``stored`` after the last file; two commits in
+    all, whatever the number of archives."""
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    settings = settings_for(tmp_path, migrated_engine.url.render_as_string(hide_password=False))
+    seen: list[list[tuple[str, str]]] = []
+    commits: list[int] = []
+
+    def look_then_store(*arguments: object) -> str:
+        seen.append([(r.archive_id, r.state) for r in _records(migrated_engine, job_id)])
+        return store_archive(*arguments)  # type: ignore[arg-type]
+
+    def count(_: object) -> None:
+        commits.append(1)
+
+    monkeypatch.setattr("coordinator.engine.tasks.compress.store_archive", look_then_store)
+    context = TaskContext(job_id=SPIDER_ID, task_id="0", instance_id=1, settings=settings)
+    event.listen(Engine, "commit", count)
+    try:
+        [payload] = clp_s_s3_compress(context, _several_archives(tmp_path))
+    finally:
+        event.remove(Engine, "commit", count)
+
+    archives = CompressionTaskOutput.from_msgpack(payload).archives
+    assert len(archives) >= 2
+    ids = sorted(a.id for a in archives)
+    assert len(seen) == len(archives)
+    assert sorted(seen[0]) == [(archive_id, "storing") for archive_id in ids]
+    assert sorted((r.archive_id, r.state) for r in _records(migrated_engine, job_id)) == [
+        (archive_id, "stored") for archive_id in ids
+    ]
+    assert len(commits) == 2
+
+
+def test_clean_up_while_the_second_archive_is_stored_makes_the_instance_remove_them_all(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job ended between two archives: clean-up claims every record (the first archive's
+    file exists, the second's not yet); the instance fails, removes both, and nothing is left."""
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    settings = settings_for(tmp_path, migrated_engine.url.render_as_string(hide_password=False))
+    settled: list[int] = []
+
+    def settle_then_store(*arguments: object) -> str:
+        if len(settled) == 0 and _archive_files(tmp_path):
+            _fail(store, job_id)
+            settled.append(
+                settle_archives(migrated_engine, job_id, settings.archive_output).removed
+            )
+        return store_archive(*arguments)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("coordinator.engine.tasks.compress.store_archive", settle_then_store)
+    context = TaskContext(job_id=SPIDER_ID, task_id="0", instance_id=1, settings=settings)
+
+    with pytest.raises(TaskError, match="claimed by the coordinator's clean-up"):
+        clp_s_s3_compress(context, _several_archives(tmp_path))
+
+    assert len(settled) == 1 and settled[0] >= 2
     assert _archive_files(tmp_path) == []
     assert _records(migrated_engine, job_id) == []
 

@@ -38,12 +38,12 @@ Deliberate differences:
   A failing clp-s still prints a stats line for the junk archive it leaves behind (exit 1, a few
   hundred bytes, even real timestamps), so here nothing is stored until clp-s has exited 0; then the
   archives are stored one after another.
-* **Records first (an outbox), and roll-back.** Each archive is recorded in
-  ``compression_stored_archives`` in state ``storing``, with its deterministic location, in its
-  own committed transaction **before** it is uploaded or copied, and marked ``stored`` after; so a
-  kill at any point leaves a record for every file (``coordinator.store.stored_archives``). If
-  the coordinator's clean-up claimed the record meanwhile (the job ended), the attempt fails and
-  removes the archive. If anything fails after a record was written, this attempt removes every
+* **Records first (an outbox), and roll-back.** Every archive of the attempt is recorded in
+  ``compression_stored_archives`` in state ``storing``, with its deterministic location, in one
+  committed transaction **before** any of them is uploaded or copied, and all are marked
+  ``stored`` in one transaction after the last is stored; so a kill at any point leaves a record
+  for every file (``coordinator.store.stored_archives``). If the coordinator's clean-up claimed a
+  record meanwhile (the job ended), the attempt fails and removes its archives. If anything fails after a record was written, this attempt removes every
   archive it recorded (stored or not) and deletes their records before failing (CLP leaves its
   uploads behind). An archive that cannot be removed keeps its record, so the coordinator's
   clean-up finds it.
@@ -92,7 +92,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from importlib.resources import files
 from pathlib import Path
@@ -674,20 +674,25 @@ def _store_and_record(
     output_directory: Path,
     stored: list[_Recorded],
 ) -> None:
-    """Record each archive as ``storing``, store it, mark it ``stored``; ``stored`` gains each
-    record as soon as it is inserted, so the roll-back removes what a failure left half-stored.
+    """Record every archive as ``storing``, store them, mark them all ``stored``; ``stored`` gains
+    the records as soon as they are inserted, so the roll-back removes what a failure left
+    half-stored.
 
-    The database steps wait out an outage (``wait_out_outages``) and are safe to repeat: a record
-    this instance already inserted, or already marked, is found rather than written twice.
+    Two write transactions whatever the number of archives: the owning job's look-up and every
+    ``storing`` record in the first (committed before any file is stored), every ``stored`` mark in
+    the second (after the last file is stored). The database steps wait out an outage
+    (``wait_out_outages``) and are safe to repeat: a record this instance already inserted, or
+    already marked, is found rather than written twice.
     """
+    if not archives:
+        return
     output = ctx.settings.archive_output
     engine = task_engine(ctx.settings)
     who = f"compress task {ctx.job_id}/{ctx.task_id}#{ctx.instance_id}"
-    job_id = _owning_job(engine, ctx.job_id, who)
-    for archive in archives:
-        location = archive_location(output, dataset, archive.id)
-        record = StoredArchiveRecord(
-            job_id=job_id,
+    locations = [archive_location(output, dataset, archive.id) for archive in archives]
+    now = utc_now()
+    records = [
+        StoredArchiveRecord(
             spider_job_id=ctx.job_id,
             task_id=ctx.task_id,
             instance_id=ctx.instance_id,
@@ -695,79 +700,102 @@ def _store_and_record(
             archive_id=archive.id,
             location=location,
             size=archive.size,
-            stored_at=utc_now(),
+            stored_at=now,
         )
-        try:
-            record_id = wait_out_outages(
-                partial(_begin_storing_once, engine, record),
-                doing=f"{who} recording archive {archive.id}",
-            )
-        except SQLAlchemyError as error:
-            raise TaskError(
-                f"cannot record archive {archive.id} before storing it at {location}: {error}"
-            ) from error
-        stored.append(_Recorded(record_id, location))
+        for archive, location in zip(archives, locations, strict=True)
+    ]
+    named = ", ".join(archive.id for archive in archives)
+    try:
+        record_ids = wait_out_outages(
+            partial(_begin_storing_once, engine, records, who),
+            doing=f"{who} recording archive(s) {named}",
+        )
+    except SQLAlchemyError as error:
+        raise TaskError(
+            f"cannot record archive(s) {named} before storing them at "
+            f"{', '.join(locations)}: {error}"
+        ) from error
+    stored.extend(_Recorded(i, location) for i, location in zip(record_ids, locations, strict=True))
+    for archive in archives:
         store_archive(output, output_directory / archive.id, dataset, archive.id)
-        try:
-            marked = wait_out_outages(
-                partial(_mark_stored_once, engine, record, record_id),
-                doing=f"{who} marking archive {archive.id} stored",
-            )
-        except SQLAlchemyError as error:
-            raise TaskError(
-                f"cannot record archive {archive.id} as stored at {location}: {error}"
-            ) from error
-        if not marked:
-            raise TaskError(
-                f"archive {archive.id} stored at {location} was claimed by the coordinator's "
-                "clean-up while it was being stored (the job has ended); it is removed"
-            )
+    try:
+        claimed = wait_out_outages(
+            partial(_mark_stored_once, engine, records, record_ids),
+            doing=f"{who} marking archive(s) {named} stored",
+        )
+    except SQLAlchemyError as error:
+        raise TaskError(
+            f"cannot record archive(s) {named} as stored at {', '.join(locations)}: {error}"
+        ) from error
+    if claimed:
+        at = [r.location for r in records if r.archive_id in claimed]
+        raise TaskError(
+            f"archive(s) {', '.join(claimed)} stored at {', '.join(at)} claimed by the "
+            "coordinator's clean-up while they were being stored (the job has ended); this "
+            "attempt's archives are removed"
+        )
 
 
-def _begin_storing_once(engine: Engine, record: StoredArchiveRecord) -> int:
-    """``begin_storing``, or the id of the record an attempt that seemed to fail inserted."""
+def _begin_storing_once(
+    engine: Engine, records: Sequence[StoredArchiveRecord], who: str
+) -> list[int]:
+    """The owning job's look-up and ``begin_storing`` of every record, in one transaction; their
+    ids (a record an attempt that seemed to fail inserted is found, not inserted again)."""
     with engine.begin() as connection:
-        mine = _own_record(connection, record)
-        if mine is not None and mine.id is not None:
-            return mine.id
-        return begin_storing(connection, record)
+        job_id = _owning_job(connection, records[0].spider_job_id, who)
+        mine = _own_records(connection, records[0])
+        ids: list[int] = []
+        for record in records:
+            existing = mine.get(record.archive_id)
+            if existing is not None and existing.id is not None:
+                ids.append(existing.id)
+            else:
+                ids.append(begin_storing(connection, replace(record, job_id=job_id)))
+        return ids
 
 
-def _mark_stored_once(engine: Engine, record: StoredArchiveRecord, record_id: int) -> bool:
-    """``mark_stored``, also ``True`` when an attempt that seemed to fail marked it already."""
+def _mark_stored_once(
+    engine: Engine, records: Sequence[StoredArchiveRecord], record_ids: Sequence[int]
+) -> list[str]:
+    """``mark_stored`` of every record, in one transaction; the archive ids that clean-up claimed
+    meanwhile (a record an attempt that seemed to fail marked already counts as marked)."""
+    claimed: list[str] = []
     with engine.begin() as connection:
-        if mark_stored(connection, record_id, utc_now()):
-            return True
-        mine = _own_record(connection, record)
-        return mine is not None and mine.id == record_id and mine.state == STORED
+        now = utc_now()
+        mine: dict[str, StoredArchiveRecord] | None = None
+        for record, record_id in zip(records, record_ids, strict=True):
+            if mark_stored(connection, record_id, now):
+                continue
+            if mine is None:
+                mine = _own_records(connection, record)
+            own = mine.get(record.archive_id)
+            if own is None or own.id != record_id or own.state != STORED:
+                claimed.append(record.archive_id)
+    return claimed
 
 
-def _own_record(connection: Connection, record: StoredArchiveRecord) -> StoredArchiveRecord | None:
-    """The record this task instance already inserted for ``record``'s archive, if any."""
-    for existing in stored_archives(connection, record.spider_job_id):
-        if (existing.instance_id, existing.archive_id) == (record.instance_id, record.archive_id):
-            return existing
-    return None
+def _own_records(
+    connection: Connection, record: StoredArchiveRecord
+) -> dict[str, StoredArchiveRecord]:
+    """The records ``record``'s task instance already inserted, by archive id."""
+    return {
+        existing.archive_id: existing
+        for existing in stored_archives(connection, record.spider_job_id)
+        if existing.instance_id == record.instance_id
+    }
 
 
-def _owning_job(engine: Engine, spider_job_id: int, who: str) -> int | None:
+def _owning_job(connection: Connection, spider_job_id: int, who: str) -> int | None:
     """The compression job this Spider job runs for, when exactly one in-flight job records it.
 
     ``None`` leaves the records unattributed (the commit, or the coordinator's sweep once the job
-    row is unambiguous, attributes them). Waits out a database outage; raises ``TaskError`` for
-    another database error.
+    row is unambiguous, attributes them). Raises the driver's errors.
     """
-
-    def look_up() -> int | None:
-        with engine.connect() as connection:
-            return in_flight_job_of(connection, spider_job_id)[0]
-
     try:
-        return wait_out_outages(look_up, doing=f"{who} looking up its job")
-    except SpiderJobUnmatched:
+        return in_flight_job_of(connection, spider_job_id)[0]
+    except SpiderJobUnmatched as unmatched:
+        logger.debug("%s: its archives stay unattributed: %s", who, unmatched)
         return None
-    except SQLAlchemyError as error:
-        raise TaskError(f"cannot look up the job of Spider job {spider_job_id}: {error}") from error
 
 
 def _dying_with_parent(command: Sequence[str]) -> list[str]:
