@@ -439,3 +439,51 @@ def test_engines_sharing_a_database_register_at_once_with_distinct_ids(
     with migrated_engine.connect() as connection:
         stored = connection.execute(select(EngineJob.id)).scalars().all()
     assert sorted(stored) == sorted(ids)
+
+
+def test_a_registration_waiting_for_the_database_blocks_neither_the_executors_nor_the_sweep(
+    migrated_engine: Engine, spider_dir: Path
+) -> None:
+    """RegisterJob writes its row without holding the engine's condition: another job is started,
+    run and reported while the insert is held; the sweep, meanwhile, never sees the new row
+    without its job in memory (it waits for the registration), so the job is not caught up with
+    or adopted, and starts as registered."""
+    with running_engine(migrated_engine, spider_dir) as spider:
+        group = spider.add_resource_group("rg-held", PASSWORD)
+        other = submit(spider, group, graph(task("echo")), [b"other"])
+        inserted, proceed = threading.Event(), threading.Event()
+        insert_job = spider._insert_job
+
+        def held_insert(*args: object) -> int:
+            job_id = insert_job(*args)  # type: ignore[arg-type]
+            inserted.set()
+            assert proceed.wait(60)
+            return job_id
+
+        caught_up: list[int] = []
+        catch_up_with = spider._catch_up_with
+
+        def record_catch_up(job_id: int, job: object) -> None:
+            caught_up.append(job_id)
+            catch_up_with(job_id, job)  # type: ignore[arg-type]
+
+        spider._insert_job = held_insert  # type: ignore[method-assign]
+        spider._catch_up_with = record_catch_up  # type: ignore[method-assign]
+        held: list[int] = []
+        registering = threading.Thread(
+            target=lambda: held.append(submit(spider, group, graph(task("echo")), [b"held"]))
+        )
+        registering.start()
+        assert inserted.wait(60)
+        assert start_if_ready(spider, other) is JobState.RUNNING
+        assert wait_for(spider, other, *DONE) is JobState.SUCCEEDED
+        sweeping = threading.Thread(target=spider._sweep)
+        sweeping.start()
+        proceed.set()
+        registering.join(60)
+        sweeping.join(60)
+        assert not registering.is_alive() and not sweeping.is_alive()
+        assert held and held[0] not in caught_up
+        assert spider.get_job_state(held[0]) is JobState.READY
+        assert start_if_ready(spider, held[0]) is JobState.RUNNING
+        assert wait_for(spider, held[0], *DONE) is JobState.SUCCEEDED

@@ -294,6 +294,11 @@ class EmbeddedSpider:
             "the database", _log, lines=_OUTAGE_LINES, max_pause=_MAX_BACKOFF_SECS
         )
         self._condition = threading.Condition()
+        # Held by RegisterJob from its insert until the job is in memory, and by the sweep while it
+        # compares memory with this engine's rows: the sweep never sees a row of ours that memory
+        # does not know yet, and the insert does not hold the condition, so execution managers
+        # take assignments and report while a registration waits for the database.
+        self._registering = threading.Lock()
         self._jobs: dict[int, _Job] = {}
         self._regular_lane: deque[tuple[int, str, bool]] = deque()
         self._termination_lane: deque[tuple[int, str, bool]] = deque()
@@ -457,11 +462,13 @@ class EmbeddedSpider:
             submission = decode_job_submission(compressed_task_graph, compressed_inputs)
         except InvalidTaskGraph as error:
             raise InvalidArgument(str(error)) from error
-        with self._condition:  # the sweep never sees the row of ours without the job in memory
+        # The sweep never sees the row of ours without the job in memory (``_registering``); the
+        # condition is held only to add it, not while the database is written.
+        with self._registering:
             job_id = self._insert_job(resource_group_id, compressed_task_graph, compressed_inputs)
-            self._jobs[job_id] = _build_job(
-                job_id, submission.task_graph, list(submission.inputs), JobState.READY
-            )
+            job = _build_job(job_id, submission.task_graph, list(submission.inputs), JobState.READY)
+            with self._condition:
+                self._jobs[job_id] = job
         return job_id
 
     def _insert_job(
@@ -972,6 +979,20 @@ class EmbeddedSpider:
         in another state than memory knows, or unknown to memory, is one that a write or an
         adoption of this engine changed although its reply was lost: it is caught up with
         (``_catch_up``)."""
+        with self._registering:
+            self._sweep_own_rows()
+        if self._closed:
+            return
+        for orphan in self._orphans():
+            if self._forget_unrecorded(orphan):
+                continue
+            with self._condition:
+                if orphan.id not in self._jobs and not self._closed:
+                    self._adopt(orphan)
+
+    def _sweep_own_rows(self) -> None:
+        """The first part of ``_sweep``: memory against this engine's rows (holds
+        ``_registering``, so no registered job is between its row and memory)."""
         with self._condition:
             mine = {
                 job_id: (job, job.state)
@@ -1005,14 +1026,6 @@ class EmbeddedSpider:
             for job_id in stored.keys() - mine.keys():
                 if job_id not in self._jobs and not self._closed:
                     self._catch_up_with(job_id, None)
-        if self._closed:
-            return
-        for orphan in self._orphans():
-            if self._forget_unrecorded(orphan):
-                continue
-            with self._condition:
-                if orphan.id not in self._jobs and not self._closed:
-                    self._adopt(orphan)
 
     def _forget_unrecorded(self, row: Row[Any]) -> bool:
         """Whether ``row`` is a gone owner's Ready job that no compression job records.
