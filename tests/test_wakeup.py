@@ -90,3 +90,43 @@ def test_the_pause_ends_when_the_loop_is_woken_or_stopped(
             coordinator.stopping.set()
         pause.join(timeout=60)  # a guard against hanging for an hour, not a timing bound
         assert not pause.is_alive()
+
+
+@pytest.mark.slow
+def test_a_tick_polls_in_flight_jobs_while_it_submits(
+    config: CoordinatorConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One job's round trips do not wait for another's: the poll of an ended job and the
+    registration of a new one meet at a barrier (which a tick doing one after the other would
+    never pass), and the tick both concludes the first job and starts the second."""
+    with open_runtime(config, lease_secs=30) as rt:
+        coordinator = coordinator_with(rt, clock=lambda: 0.0)  # polled only when woken
+        spider = embedded(rt)
+        first = submit_job(config, rt.engine, timestamp_key="timestamp")
+        coordinator.tick()
+        first_spider_id = job_row(rt, first).spider_id
+        assert first_spider_id is not None
+        wait_for(rt.spider, first_spider_id, JobState.SUCCEEDED)
+        coordinator.wake(first_spider_id)
+        both = threading.Barrier(2, timeout=60)
+        register_job, get_job_state = spider.register_job, spider.get_job_state
+        met: list[int] = []
+
+        def register_meeting_the_poll(group: int, graph: bytes, inputs: bytes) -> int:
+            both.wait()
+            return register_job(group, graph, inputs)
+
+        def state_meeting_the_registration(job_id: int) -> JobState:
+            if job_id == first_spider_id and not met:
+                met.append(job_id)
+                both.wait()
+            return get_job_state(job_id)
+
+        monkeypatch.setattr(spider, "register_job", register_meeting_the_poll)
+        monkeypatch.setattr(spider, "get_job_state", state_meeting_the_registration)
+        second = submit_job(config, rt.engine, timestamp_key="timestamp")
+        report = coordinator.tick()
+        assert not both.broken
+        assert report.concluded == [first]
+        assert job_state(job_row(rt, first)) is JobStatus.SUCCEEDED
+        assert job_state(job_row(rt, second)) is JobStatus.RUNNING

@@ -9,6 +9,8 @@ Each ``tick`` calls, in this order:
 4. for each driven job that is due: the **submitter** (``submitter.py``) for a Pending job
    (prepare, register, record, start, state first), the **outcome handler** (``outcomes.py``) for
    an in-flight one (poll, react by ``coordinator.lifecycle.reactions``, roll back, clean up);
+   in-flight jobs are polled up to ``ADVANCE_CONCURRENCY`` at once, beside the submissions (in
+   claim order), each job by one thread at a time, all ended with the tick;
 5. the outcome handler's periodic **sweep** of ended jobs' archives.
 
 The parts share one ``Loop`` (``driven.py``), through which every move goes: the edge's guarded
@@ -38,6 +40,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -63,6 +66,9 @@ from coordinator.store.outage import Outage
 _log = logging.getLogger(LOOP_LOGGER)
 
 MAX_ATTEMPT_BACKOFF_SECS = 60.0
+ADVANCE_CONCURRENCY = 4
+"""How many driven jobs a tick submits or polls at once (each job by one thread at a time): the
+per-job work is mostly waiting for the database and Spider."""
 
 
 def default_instance_id() -> str:
@@ -146,6 +152,7 @@ class Coordinator:
             self.loop, resource_group=self.resource_group, attempt_failed=self._attempt_failed
         )
         self.outcomes = OutcomeHandler(self.loop, archive_output=archive_output)
+        self._advancing = ThreadPoolExecutor(ADVANCE_CONCURRENCY, thread_name_prefix="advance")
 
     def run(self, *, until_idle: bool = False) -> None:
         """Tick until ``stopping`` is set (or, with ``until_idle``, nothing is left to do)."""
@@ -220,21 +227,27 @@ class Coordinator:
         self.cancels.serve()
         if not self.stopping.is_set() and self.loop.monotonic() >= self._claim_retry_at:
             report.claimed = self._guarded_phase("claim", self.leases.claim) or 0
-        for job in list(self.driven.values()):
-            if self.stopping.is_set() and job.status is JobStatus.PENDING:
-                continue
-            try:
-                if self._advance(job):
-                    report.concluded.append(job.job_id)
-            except SQLAlchemyError as error:
-                if is_transient(error):
-                    raise  # the database is down: the whole tick waits
-                self._attempt_failed(job, f"database error: {error}")
-            except Exception as error:
-                # A bug must not stop the service for every other job: this one backs off and,
-                # if it keeps failing, ends Failed.
-                _log.exception("unexpected error", extra=job.log())
-                self._attempt_failed(job, f"unexpected error: {type(error).__name__}: {error}")
+        jobs = [
+            job
+            for job in self.driven.values()
+            if not (self.stopping.is_set() and job.status is JobStatus.PENDING)
+        ]
+        # In-flight jobs are polled by the pool (``ADVANCE_CONCURRENCY`` at once) while this
+        # thread submits the Pending ones in claim order (Spider ids follow the claims): one job's
+        # database and Spider round trips do not wait for another's, and each job is advanced by
+        # one thread. Every advance ends before the tick does (a transient error included): the
+        # next tick never advances a job that a thread of this one still advances.
+        pending = [job for job in jobs if job.status is JobStatus.PENDING]
+        polled = [job for job in jobs if job.status is not JobStatus.PENDING]
+        futures = [self._advancing.submit(self._advance_guarded, job) for job in polled]
+        try:
+            for job in pending:
+                self._advance_guarded(job)
+        finally:
+            wait(futures)
+        for job, future in zip(polled, futures, strict=True):
+            if future.result():  # raises the outage, which makes the whole tick wait
+                report.concluded.append(job.job_id)
         if self.outcomes.sweep_due():
             self.leases.forget_claimed_foreign_jobs()
             self.outcomes.sweep()
@@ -264,6 +277,23 @@ class Coordinator:
             return None
         self._phase_failures = 0
         return result
+
+    def _advance_guarded(self, job: DrivenJob) -> bool:
+        """``_advance``; an error that is not an outage counts as a failed attempt of the job."""
+        if self.stopping.is_set() and job.status is JobStatus.PENDING:
+            return False  # stopping: submit nothing more
+        try:
+            return self._advance(job)
+        except SQLAlchemyError as error:
+            if is_transient(error):
+                raise  # the database is down: the whole tick waits
+            self._attempt_failed(job, f"database error: {error}")
+        except Exception as error:
+            # A bug must not stop the service for every other job: this one backs off and,
+            # if it keeps failing, ends Failed.
+            _log.exception("unexpected error", extra=job.log())
+            self._attempt_failed(job, f"unexpected error: {type(error).__name__}: {error}")
+        return False
 
     def _advance(self, job: DrivenJob) -> bool:
         """Submit or poll ``job`` when it is due; whether it concluded."""

@@ -33,6 +33,7 @@ Where the id lives depends on the engine:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -78,6 +79,7 @@ class ResourceGroup:
         self.spider = spider
         self.name = name
         self._id: int | None = None
+        self._resolving = threading.Lock()  # the loop submits several jobs at once
 
     @property
     def password(self) -> bytes:
@@ -89,9 +91,10 @@ class ResourceGroup:
 
         Raises ``ResourceGroupUnavailable`` (see the module) and the port's transport errors.
         """
-        if self._id is None:
-            self._id = self._resolve()
-        return self._id
+        with self._resolving:
+            if self._id is None:
+                self._id = self._resolve()
+            return self._id
 
     def invalidate(self) -> None:
         """Forget the cached id: the next ``id()`` verifies (and if need be replaces) it."""
