@@ -129,4 +129,10 @@ def test_a_tick_polls_in_flight_jobs_while_it_submits(
         assert not both.broken
         assert report.concluded == [first]
         assert job_state(job_row(rt, first)) is JobStatus.SUCCEEDED
-        assert job_state(job_row(rt, second)) is JobStatus.RUNNING
+        # Submitted and started: the engine may already have run it further.
+        assert job_row(rt, second).spider_id is not None
+        assert job_state(job_row(rt, second)) in (
+            JobStatus.RUNNING,
+            JobStatus.COMMITTED,
+            JobStatus.SUCCEEDED,
+        )

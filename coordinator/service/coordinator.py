@@ -152,7 +152,9 @@ class Coordinator:
             self.loop, resource_group=self.resource_group, attempt_failed=self._attempt_failed
         )
         self.outcomes = OutcomeHandler(self.loop, archive_output=archive_output)
-        self._advancing = ThreadPoolExecutor(ADVANCE_CONCURRENCY, thread_name_prefix="advance")
+        self._advancing: ThreadPoolExecutor | None = None
+        """The pool that polls in-flight jobs; made by the first tick that needs it, shut down
+        when ``run`` returns (its threads would otherwise idle until the process ends)."""
 
     def run(self, *, until_idle: bool = False) -> None:
         """Tick until ``stopping`` is set (or, with ``until_idle``, nothing is left to do)."""
@@ -178,6 +180,13 @@ class Coordinator:
                 break
             self._sleep(self._pause(interval))
         self.release_leases()
+        self.shut_down_pool()
+
+    def shut_down_pool(self) -> None:
+        """Stop the threads that poll in-flight jobs (a later tick makes new ones)."""
+        if self._advancing is not None:
+            self._advancing.shutdown(wait=True)
+            self._advancing = None
 
     def wake(self, spider_id: int) -> None:
         """Poll the job of Spider job ``spider_id`` at once (its back-off is cut short), waking the
@@ -239,7 +248,12 @@ class Coordinator:
         # next tick never advances a job that a thread of this one still advances.
         pending = [job for job in jobs if job.status is JobStatus.PENDING]
         polled = [job for job in jobs if job.status is not JobStatus.PENDING]
-        futures = [self._advancing.submit(self._advance_guarded, job) for job in polled]
+        if polled and self._advancing is None:
+            self._advancing = ThreadPoolExecutor(ADVANCE_CONCURRENCY, thread_name_prefix="advance")
+        pool = self._advancing
+        futures = (
+            [] if pool is None else [pool.submit(self._advance_guarded, job) for job in polled]
+        )
         try:
             for job in pending:
                 self._advance_guarded(job)

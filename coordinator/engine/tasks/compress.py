@@ -43,10 +43,10 @@ Deliberate differences:
   committed transaction **before** any of them is uploaded or copied, and all are marked
   ``stored`` in one transaction after the last is stored; so a kill at any point leaves a record
   for every file (``coordinator.store.stored_archives``). If the coordinator's clean-up claimed a
-  record meanwhile (the job ended), the attempt fails and removes its archives. If anything fails after a record was written, this attempt removes every
-  archive it recorded (stored or not) and deletes their records before failing (CLP leaves its
-  uploads behind). An archive that cannot be removed keeps its record, so the coordinator's
-  clean-up finds it.
+  record meanwhile (the job ended), the attempt fails and removes its archives. If anything fails
+  after a record was written, this attempt removes every archive it recorded (stored or not) and
+  deletes their records before failing (CLP leaves its uploads behind). An archive that cannot be
+  removed keeps its record, so the coordinator's clean-up finds it.
 * **Storage errors name their cause**: ``no space left on device (errno 28)``, ``permission
   denied (errno 13)``, a missing bucket, access denied (``coordinator.archive_storage``, whose
   ``ArchiveStorageError`` fails the task with the same message), for the staging directory as for
