@@ -37,14 +37,14 @@ from sqlalchemy.engine import make_url
 
 from coordinator import metrics
 from coordinator.archive_storage import FsArchiveOutput
-from coordinator.config.clp import CompressionCoordinator, PollingBackoff
+from coordinator.config.clp import ArchiveOutput, CompressionCoordinator, PollingBackoff
 from coordinator.job_config import (
     ClpIoConfig,
-    OutputConfig,
     S3ObjectMetadataInputConfig,
     encode_clp_io_config,
 )
 from coordinator.service.coordinator import Coordinator
+from coordinator.service.ingest import output_config_of
 from coordinator.spider.measured import MeasuredSpider
 from coordinator.spider.port import JobNotFound, JobState, ServerError
 from coordinator.store import migrate
@@ -155,13 +155,7 @@ def job_blob(ingestion_job_id: int, object_id: int) -> bytes:
                 timestamp_key=None,
                 unstructured=False,
             ),
-            output=OutputConfig(
-                target_archive_size=256 * 1024 * 1024,
-                target_dictionaries_size=32 * 1024 * 1024,
-                target_encoded_file_size=256 * 1024 * 1024,
-                target_segment_size=256 * 1024 * 1024,
-                compression_level=3,
-            ),
+            output=output_config_of(ArchiveOutput())  # CLP's defaults,
         )
     )
 

@@ -22,14 +22,15 @@ from coordinator.cli.jobs import (
     parse_statuses,
     show_job,
 )
+from coordinator.config.clp import ArchiveOutput
 from coordinator.errors import CoordinatorError
 from coordinator.job_config import (
     ClpIoConfig,
-    OutputConfig,
     S3ObjectMetadataInputConfig,
     encode_clp_io_config,
 )
 from coordinator.lifecycle import Actor, CommittedStorage, JobStatus, Trigger
+from coordinator.service.ingest import output_config_of
 from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CompressionJob
@@ -55,13 +56,7 @@ def _config(dataset: str | None) -> bytes:
                 timestamp_key="timestamp",
                 unstructured=False,
             ),
-            output=OutputConfig(
-                target_archive_size=256 * 1024 * 1024,
-                target_dictionaries_size=32 * 1024 * 1024,
-                target_encoded_file_size=256 * 1024 * 1024,
-                target_segment_size=256 * 1024 * 1024,
-                compression_level=3,
-            ),
+            output=output_config_of(ArchiveOutput())  # CLP's defaults,
         )
     )
 
