@@ -225,8 +225,8 @@ def attribute_stored_archives(
         )
 
 
-def attribute_unambiguous_records(connection: Connection, spider_job_id: int | None = None) -> None:
-    """Name the job on unattributed records whose Spider job id exactly one job records.
+def attribute_unambiguous_records(connection: Connection, spider_job_id: int | None = None) -> int:
+    """Name the job on unattributed records whose Spider job id exactly one job records; how many.
 
     Records the compress task could not attribute (no single in-flight job at the time, e.g. a
     foreign writer had already finished the job) become attributable once the job row is known;
@@ -234,7 +234,7 @@ def attribute_unambiguous_records(connection: Connection, spider_job_id: int | N
     """
     jobs_with_id = select(func.count()).where(_jobs.c.spider_id == _stored.c.spider_job_id)
     only = [] if spider_job_id is None else [_stored.c.spider_job_id == spider_job_id]
-    connection.execute(
+    result = connection.execute(
         update(_stored)
         .where(*only, _stored.c.job_id.is_(None), jobs_with_id.scalar_subquery() == 1)
         .values(
@@ -243,6 +243,7 @@ def attribute_unambiguous_records(connection: Connection, spider_job_id: int | N
             .scalar_subquery()
         )
     )
+    return int(result.rowcount)
 
 
 def forget_stored_archives(
