@@ -66,8 +66,9 @@ from coordinator.lifecycle import (
     JobStatus,
     state_of,
 )
-from coordinator.store.archives import published_archives_of_job, withdraw_archives
+from coordinator.store.archives import withdraw_archives
 from coordinator.store.datasets import archives_table
+from coordinator.store.evidence import PublicationEvidence, read_publication
 from coordinator.store.names import InvalidDatasetName
 from coordinator.store.schema import CompressionJob, StoredArchive
 from coordinator.store.stored_archives import (
@@ -102,6 +103,23 @@ class Settled:
     """Stored archive files removed."""
 
 
+@dataclass(frozen=True)
+class Settlement:
+    """The transactional part of settling a terminal job's archives, done; its files are next.
+
+    ``finish_settlement`` removes ``to_remove`` (claimed ``removing`` in the transaction) once that
+    transaction has committed, and logs what the transaction found.
+    """
+
+    job_id: int
+    state: JobStatus
+    withdrawn: int
+    """Published archive rows withdrawn (a foreign writer failed or killed a Committed job)."""
+    to_remove: list[StoredArchiveRecord]
+    unexpected: list[str]
+    """Locations of published archives whose record is neither stored nor published."""
+
+
 def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) -> Settled:
     """Settle the archives of job ``job_id`` if it is terminal (see the module); else nothing.
 
@@ -116,47 +134,77 @@ def settle_archives(engine: Engine, job_id: int, output: ArchiveOutputSettings) 
         ).one_or_none()
         if row is None or row.status not in TERMINAL_STATUS_VALUES:
             return Settled()
-        state = state_of(row.status, row.committed_at)
-        if row.spider_id is not None:
-            attribute_unambiguous_records(connection, int(row.spider_id))
-        withdrawn: list[str] = []
-        if state is not JobStatus.SUCCEEDED and row.spider_id is not None:
-            withdrawn = withdraw_archives(connection, job_id, int(row.spider_id))
+        spider_id = None if row.spider_id is None else int(row.spider_id)
+        settlement = settle_within(
+            connection, job_id, state_of(row.status, row.committed_at), spider_id
+        )
+    return finish_settlement(engine, output, settlement)
+
+
+def settle_within(
+    connection: Connection,
+    job_id: int,
+    state: JobStatus,
+    spider_id: int | None,
+    publication: PublicationEvidence | None = None,
+) -> Settlement:
+    """Settle the records of job ``job_id``, which is terminal in ``state``, inside the caller's
+    transaction: withdraw what a Failed or Killed job still has published, mark a Succeeded job's
+    published archives ``published``, and claim every other record for removal.
+
+    ``publication`` is what ``read_publication`` read in this transaction (the finalising move's
+    evidence); it is read again when absent or when records were attributed meanwhile. Raises
+    ``InvalidDatasetName`` (a record with an unsafe dataset) or the driver's errors.
+    """
+    attributed = 0
+    if spider_id is not None:
+        attributed = attribute_unambiguous_records(connection, spider_id)
+    withdrawn: list[str] = []
+    if state is not JobStatus.SUCCEEDED and spider_id is not None:
+        withdrawn = withdraw_archives(connection, job_id, spider_id)
+    records: list[StoredArchiveRecord]
+    published: set[tuple[str, str]] = set()
+    if state is JobStatus.SUCCEEDED:
+        if publication is None or attributed:
+            publication = read_publication(connection, job_id, spider_id)
+        records, published = publication.records, publication.published
+    else:
         records = stored_archives_of_job(connection, job_id)
-        published: set[tuple[str, str]] = set()
-        if state is JobStatus.SUCCEEDED:
-            published = {
-                (dataset, archive_id)
-                for dataset, ids in published_archives_of_job(
-                    connection, job_id, row.spider_id
-                ).items()
-                for archive_id in ids
-            }
-        kept = [r for r in records if (r.dataset, r.archive_id) in published]
-        to_remove = [r for r in records if (r.dataset, r.archive_id) not in published]
-        mark_published(connection, [r.id for r in kept if r.id is not None and r.state == STORED])
-        # Claimed in this transaction, before any file is touched: an instance still storing one
-        # of them can no longer mark it stored, and removes it itself.
-        claim_for_removal(connection, [r.id for r in to_remove if r.id is not None])
+    kept = [r for r in records if (r.dataset, r.archive_id) in published]
+    to_remove = [r for r in records if (r.dataset, r.archive_id) not in published]
+    mark_published(connection, [r.id for r in kept if r.id is not None and r.state == STORED])
+    # Claimed in this transaction, before any file is touched: an instance still storing one
+    # of them can no longer mark it stored, and removes it itself.
+    claim_for_removal(connection, [r.id for r in to_remove if r.id is not None])
     unexpected = [r.location for r in kept if r.state not in (STORED, PUBLISHED)]
-    if unexpected:
+    return Settlement(job_id, state, len(withdrawn), to_remove, unexpected)
+
+
+def finish_settlement(
+    engine: Engine, output: ArchiveOutputSettings, settlement: Settlement
+) -> Settled:
+    """After the transaction of ``settle_within`` committed: log what it found and remove the
+    claimed files (then their records). A file that cannot be removed is logged and keeps its
+    record (``removing``); raises the driver's errors when forgetting the records fails."""
+    job_id = settlement.job_id
+    if settlement.unexpected:
         _log.warning(
             "job %d: %d published archive(s) whose record is not stored, left as they are: %s",
             job_id,
-            len(unexpected),
-            ", ".join(unexpected[:REPORTED_LOCATIONS]),
+            len(settlement.unexpected),
+            ", ".join(settlement.unexpected[:REPORTED_LOCATIONS]),
         )
-    if withdrawn:
-        metrics.ARCHIVES_WITHDRAWN.labels("foreign_end").inc(len(withdrawn))
+    if settlement.withdrawn:
+        metrics.ARCHIVES_WITHDRAWN.labels("foreign_end").inc(settlement.withdrawn)
         _log.warning(
             "job %d ended %s by another writer after its commit: withdrew %d published archive(s)",
             job_id,
-            state.label,
-            len(withdrawn),
+            settlement.state.label,
+            settlement.withdrawn,
         )
-    removed = _remove(engine, output, to_remove)
+    removed = _remove(engine, output, settlement.to_remove) if settlement.to_remove else 0
     metrics.STORED_ARCHIVES_REMOVED.labels("ended_job").inc(removed)
-    return Settled(withdrawn=len(withdrawn), removed=removed)
+    return Settled(withdrawn=settlement.withdrawn, removed=removed)
 
 
 def settle_unattributed_archives(

@@ -5,6 +5,13 @@ keeper, cancel server, submitter, outcome handler) works with, and is the only w
 job's state: every move is the edge's guarded transition, fenced by the lease epoch, and a
 ``Reaction`` (``coordinator.lifecycle.reactions``) is applied here with what it must do in the same
 transaction (withdraw the published archives, or require evidence of them).
+
+A terminal move also releases the lease and settles the job's archive records in its transaction
+(``coordinator.service.cleanup.settle_within``, reusing the evidence a finalising move read): one
+transaction ends the job instead of three. The settlement runs in a savepoint, so that a failure of
+it never costs the job its move: the records are then settled after the move, as before, or by the
+sweep. Only an outage (a MariaDB deadlock rolls the whole transaction back) fails the move, which
+the next tick retries.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator import metrics
 from coordinator.config.clp import CompressionCoordinator
@@ -24,11 +32,13 @@ from coordinator.lifecycle import (
     Reaction,
     Trigger,
 )
+from coordinator.service.cleanup import Settlement, settle_within
 from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store import leases
 from coordinator.store.archives import withdraw_archives
-from coordinator.store.evidence import publication_gap
+from coordinator.store.database import is_transient
+from coordinator.store.evidence import PublicationEvidence, publication_gap, read_publication
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
 from coordinator.store.jobs import Effects, JobStore
 
@@ -57,6 +67,9 @@ class DrivenJob:
     """The claim found an operator's cancel request on the row: the job is killed, not submitted
     (a request made later is served by ``CancelServer`` or refused by the ``submitted`` move's
     guard)."""
+    settled: Settlement | None = None
+    """The settlement of the job's archive records made inside its terminal move's transaction;
+    its files are removed after the move (``OutcomeHandler.clean_up``); ``None``: not settled."""
 
     def log(self) -> dict[str, object]:
         return job_fields(self.job_id, self.spider_id)
@@ -100,15 +113,18 @@ class Loop:
         target: JobStatus,
         reason: str,
         effects: Effects | None = None,
+        *,
+        settling: _Settling | None = None,
     ) -> TransitionResult:
         """Move ``job`` from its known state to ``target`` by ``trigger``, fenced by its lease.
 
-        A terminal move releases the lease in its own transaction; a terminal move or a lost race
-        stops driving the job. Raises what ``JobStore.transition`` raises (``effects``' exceptions
-        roll the move back).
+        A terminal move releases the lease and settles the archive records in its own transaction
+        (``settling``: with the evidence the move's effects read, if any); a terminal move or a
+        lost race stops driving the job. Raises what ``JobStore.transition`` raises (``effects``'
+        exceptions roll the move back).
         """
         if target.is_terminal:
-            effects = self._releasing(job, effects)
+            effects = self._ending(job, effects, settling or _Settling(job))
         result = self.store.transition(
             TransitionRequest(
                 job.job_id,
@@ -132,16 +148,18 @@ class Loop:
             self.driven.pop(job.job_id, None)
         return result
 
-    def _releasing(self, job: DrivenJob, effects: Effects | None) -> Effects:
-        """``effects``, then the release of ``job``'s lease, as the effects of a terminal move."""
+    def _ending(self, job: DrivenJob, effects: Effects | None, settling: _Settling) -> Effects:
+        """``effects``, then the release of ``job``'s lease and the settlement of its archive
+        records, as the effects of a terminal move."""
         held, owner = {job.job_id: job.epoch}, self.instance_id
 
-        def release(connection: Connection, applied: Applied) -> None:
+        def end(connection: Connection, applied: Applied) -> None:
             if effects is not None:
                 effects(connection, applied)
             leases.release_within(connection, held, owner=owner, now=applied.at)
+            settling(connection, applied)
 
-        return release
+        return end
 
     def react(self, job: DrivenJob, reaction: Reaction, **fields: object) -> None:
         """Take ``reaction``'s move from the job's state, with its message's ``fields``.
@@ -156,9 +174,15 @@ class Loop:
             return
         message = reaction.status_msg(spider_id=job.spider_id, **fields)
         if reaction.on_evidence:
+            settling = _Settling(job)
             try:
                 self.move(
-                    job, reaction.trigger, reaction.target, message, self._require_publication(job)
+                    job,
+                    reaction.trigger,
+                    reaction.target,
+                    message,
+                    self._require_publication(job, settling),
+                    settling=settling,
                 )
             except _Unpublished as gap:
                 _log.warning("not finalised: %s", gap, extra=job.log())
@@ -176,13 +200,15 @@ class Loop:
             metrics.ARCHIVES_WITHDRAWN.labels("rollback").inc(sum(withdrawn))
 
     @staticmethod
-    def _require_publication(job: DrivenJob) -> Effects:
+    def _require_publication(job: DrivenJob, settling: _Settling) -> Effects:
         job_id, spider_id = job.job_id, job.spider_id
 
         def require_publication(connection: Connection, _: Applied) -> None:
-            gap = publication_gap(connection, job_id, spider_id)
+            publication = read_publication(connection, job_id, spider_id)
+            gap = publication_gap(connection, job_id, spider_id, publication)
             if gap is not None:
                 raise _Unpublished(gap)
+            settling.publication = publication
 
         return require_publication
 
@@ -198,3 +224,34 @@ class Loop:
             _log.info("rolled back %d published archive(s)", len(withdrawn), extra=job.log())
 
         return withdraw
+
+
+@dataclass
+class _Settling:
+    """A terminal move's last effect: settle the job's archive records in a savepoint.
+
+    Sets ``job.settled`` when it did. A failure that is not an outage rolls back the savepoint
+    only (logged; the records are settled after the move instead); an outage is raised, and with
+    it the move is rolled back.
+    """
+
+    job: DrivenJob
+    publication: PublicationEvidence | None = None
+    """The evidence a finalising move read in this transaction, reused by the settlement."""
+
+    def __call__(self, connection: Connection, applied: Applied) -> None:
+        job = self.job
+        job.settled = None
+        if job.spider_id is None:
+            return  # never submitted: no task stored anything for it
+        try:
+            with connection.begin_nested():
+                job.settled = settle_within(
+                    connection, job.job_id, applied.edge.dest, job.spider_id, self.publication
+                )
+        except Exception as error:
+            if isinstance(error, SQLAlchemyError) and is_transient(error):
+                raise
+            _log.exception(
+                "settling the archives in the move failed; done after it", extra=job.log()
+            )

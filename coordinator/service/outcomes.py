@@ -23,6 +23,7 @@ from coordinator.lifecycle import GIVING_UP, IN_FLIGHT_STATUSES, JobStatus, Outc
 from coordinator.service import crashpoints
 from coordinator.service.cleanup import (
     RECONCILE_INTERVAL_SECS,
+    finish_settlement,
     log_reconciliation,
     settle_archives,
     settle_unattributed_archives,
@@ -157,14 +158,19 @@ class OutcomeHandler:
         self.clean_up(job)
 
     def clean_up(self, job: DrivenJob) -> None:
-        """Settle the archives of a job that just ended; the sweep retries what fails here.
+        """Settle the archives of a job that just ended (or, when its terminal move settled the
+        records, remove the files it claimed); the sweep retries what fails here.
 
         A database outage is raised, so the tick fails and the loop logs the outage once.
         """
         if job.spider_id is None:
             return
         try:
-            settled = settle_archives(self.loop.engine, job.job_id, self.archive_output)
+            if job.settled is not None:  # in the terminal move's transaction: files are left
+                settled = finish_settlement(self.loop.engine, self.archive_output, job.settled)
+                job.settled = None
+            else:
+                settled = settle_archives(self.loop.engine, job.job_id, self.archive_output)
         except SQLAlchemyError as error:
             if is_transient(error):
                 raise

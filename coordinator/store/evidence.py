@@ -2,49 +2,96 @@
 
 A row Committed says the commit published the job's archives; before the coordinator turns that
 into Succeeded it reads the archive rows themselves, in the finalising transaction: the job must
-have archives in ``clp_{dataset}_archives`` (``published_archives_of_job``: the job's records,
-created by its Spider job) and together they must weigh what the commit recorded
+have archives in ``clp_{dataset}_archives`` (the job's records, created by its Spider job, as
+``published_archives_of_job`` counts them) and together they must weigh what the commit recorded
 (``compressed_size`` is the sum of the sizes it published). Published rows deleted behind the
 coordinator (all or some), or a commit marker written without archives, leave a gap.
+
+``read_publication`` reads the job's records and its published rows (ids and sizes) in one pass,
+so that settling the records in the same transaction (``coordinator.service.cleanup``) does not
+read them again.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import Connection, Table, func, select
+from sqlalchemy import Connection, Table, inspect, select
 
-from coordinator.store.archives import INSERT_BATCH_SIZE, published_archives_of_job
+from coordinator.store.archives import INSERT_BATCH_SIZE
 from coordinator.store.datasets import archives_table
 from coordinator.store.schema import CompressionJob
+from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives_of_job
 
 _jobs = cast(Table, CompressionJob.__table__)
 
 
-def publication_gap(connection: Connection, job_id: int, spider_job_id: int | None) -> str | None:
-    """Why the job's publication is not complete, or ``None`` when it is (see the module)."""
-    published = published_archives_of_job(connection, job_id, spider_job_id)
-    if not published:
-        return "none of its archives is published"
-    count, total = 0, 0
-    for dataset, ids in published.items():
+@dataclass(frozen=True)
+class PublicationEvidence:
+    """What of a job is published: its records, and the published rows among them."""
+
+    records: list[StoredArchiveRecord]
+    """Every archive recorded for the job, oldest first."""
+    sizes: dict[tuple[str, str], int]
+    """``(dataset, archive id)`` → size of each of the job's published archive rows."""
+
+    @property
+    def published(self) -> set[tuple[str, str]]:
+        return set(self.sizes)
+
+
+def read_publication(
+    connection: Connection, job_id: int, spider_job_id: int | None
+) -> PublicationEvidence:
+    """The job's records and which of them are published (the same rows as
+    ``published_archives_of_job``: ``creator_id`` is the Spider job id and the id is recorded for
+    the job in that dataset). Raises ``InvalidDatasetName`` (a record with an unsafe dataset) or
+    the driver's errors."""
+    records = stored_archives_of_job(connection, job_id)
+    sizes: dict[tuple[str, str], int] = {}
+    if spider_job_id is None:
+        return PublicationEvidence(records, sizes)
+    recorded: dict[str, list[str]] = {}
+    for record in records:
+        recorded.setdefault(record.dataset, []).append(record.archive_id)
+    for dataset, archive_ids in recorded.items():
         table = archives_table(dataset)
-        for start in range(0, len(ids), INSERT_BATCH_SIZE):
-            batch = ids[start : start + INSERT_BATCH_SIZE]
-            total += int(
-                connection.execute(
-                    select(func.coalesce(func.sum(table.c.size), 0)).where(
-                        table.c.creator_id == str(spider_job_id), table.c.id.in_(batch)
-                    )
-                ).scalar_one()
+        if not inspect(connection).has_table(table.name):
+            continue
+        for start in range(0, len(archive_ids), INSERT_BATCH_SIZE):
+            rows = connection.execute(
+                select(table.c.id, table.c.size).where(
+                    table.c.creator_id == str(spider_job_id),
+                    table.c.id.in_(archive_ids[start : start + INSERT_BATCH_SIZE]),
+                )
             )
-        count += len(ids)
+            sizes.update(((dataset, str(row.id)), int(row.size or 0)) for row in rows)
+    return PublicationEvidence(records, sizes)
+
+
+def publication_gap(
+    connection: Connection,
+    job_id: int,
+    spider_job_id: int | None,
+    publication: PublicationEvidence | None = None,
+) -> str | None:
+    """Why the job's publication is not complete, or ``None`` when it is (see the module).
+
+    ``publication`` is what ``read_publication`` read in this transaction (read here when not
+    given). Raises what ``read_publication`` raises.
+    """
+    if publication is None:
+        publication = read_publication(connection, job_id, spider_job_id)
+    if not publication.sizes:
+        return "none of its archives is published"
+    total = sum(publication.sizes.values())
     recorded = connection.execute(
         select(_jobs.c.compressed_size).where(_jobs.c.id == job_id)
     ).scalar_one_or_none()
     if recorded is None or total != int(recorded):
         return (
-            f"its {count} published archive(s) total {total} bytes but the commit published "
-            f"{recorded} bytes (some were removed)"
+            f"its {len(publication.sizes)} published archive(s) total {total} bytes but the "
+            f"commit published {recorded} bytes (some were removed)"
         )
     return None

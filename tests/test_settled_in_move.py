@@ -1,0 +1,194 @@
+"""A terminal move settles the job's archive records in its own transaction (issue 14).
+
+Finalising a Committed job reads the evidence of its publication; the same transaction marks the
+published records ``published`` and claims the others for removal, so ending a job is one
+transaction instead of three. The files are removed after the commit. A settlement that fails
+without an outage never costs the job its move (the records are settled after it, as before); an
+outage rolls the whole move back, to be retried.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+from sqlalchemy import Engine, Table, event, select, update
+from sqlalchemy.exc import OperationalError
+
+from coordinator.archive_storage import FsArchiveOutput
+from coordinator.config.clp import CompressionCoordinator
+from coordinator.lifecycle import JobStatus, Outcome, reaction_to
+from coordinator.service.driven import DrivenJob, Loop
+from coordinator.service.outcomes import OutcomeHandler
+from coordinator.spider.port import SpiderPort
+from coordinator.store.archives import publish_archives
+from coordinator.store.jobs import JobStore
+from coordinator.store.schema import CompressionJob, JobTransition
+from coordinator.store.stored_archives import record_stored_archive, stored_archives_of_job
+from coordinator.task_io import ArchiveMetadata
+from tests.paths import SPIDER_ID, new_job_in, stored_record
+
+DATASET = "web"
+OWNER = "settling-test"
+EPOCH = 3
+_jobs = cast(Table, CompressionJob.__table__)
+_history = cast(Table, JobTransition.__table__)
+
+
+class _NoSpider:
+    """The moves under test never call Spider."""
+
+
+def _committed_job(store: JobStore, directory: Path) -> tuple[int, Path, Path]:
+    """A Committed job leased to ``OWNER`` with one published archive and a duplicate instance's
+    unpublished one, both recorded ``stored`` with their files; the job and the two files."""
+    job_id = new_job_in(store, JobStatus.RUNNING)
+    files = []
+    for archive_id, instance in (("published-archive", 1), ("duplicate-archive", 2)):
+        path = directory / DATASET / archive_id
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"archive")
+        record = stored_record(
+            DATASET, archive_id, job_id, instance_id=instance, location=str(path), size=7
+        )
+        with store.engine.begin() as connection:
+            record_stored_archive(connection, record)
+        files.append(path)
+    publish_archives(
+        store,
+        spider_job_id=SPIDER_ID,
+        dataset=DATASET,
+        archive_storage_directory=str(directory / DATASET),
+        archives=[
+            ArchiveMetadata(
+                id="published-archive",
+                begin_timestamp=1,
+                end_timestamp=2,
+                size=7,
+                uncompressed_size=9,
+            )
+        ],
+    )
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(_jobs).where(_jobs.c.id == job_id).values(lease_owner=OWNER, lease_epoch=EPOCH)
+        )
+    assert store.state(job_id) is JobStatus.COMMITTED
+    return job_id, files[0], files[1]
+
+
+def _loop(store: JobStore) -> Loop:
+    return Loop(
+        store=store,
+        spider=cast(SpiderPort, _NoSpider()),
+        settings=CompressionCoordinator(),
+        instance_id=OWNER,
+        cleanup_task=True,
+        monotonic=lambda: 0.0,
+    )
+
+
+def _driven(job_id: int) -> DrivenJob:
+    return DrivenJob(job_id, EPOCH, JobStatus.COMMITTED, SPIDER_ID, DATASET, b"", backoff_ms=100)
+
+
+def _states(engine: Engine, job_id: int) -> dict[str, str]:
+    with engine.connect() as connection:
+        return {r.archive_id: r.state for r in stored_archives_of_job(connection, job_id)}
+
+
+@pytest.fixture
+def commits(migrated_engine: Engine) -> Iterator[list[int]]:
+    counted: list[int] = []
+
+    def count(_: object) -> None:
+        counted.append(1)
+
+    event.listen(migrated_engine, "commit", count)
+    yield counted
+    event.remove(migrated_engine, "commit", count)
+
+
+def test_finalising_settles_the_records_in_the_moves_own_transaction(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path, commits: list[int]
+) -> None:
+    output = FsArchiveOutput(directory=tmp_path / "archives")
+    job_id, published, duplicate = _committed_job(store, output.directory)
+    loop, job = _loop(store), _driven(job_id)
+    commits.clear()
+
+    loop.react(job, reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED))
+
+    assert store.state(job_id) is JobStatus.SUCCEEDED
+    assert len(commits) == 1  # the move, its lease release and the settlement together
+    assert _states(migrated_engine, job_id) == {
+        "published-archive": "published",
+        "duplicate-archive": "removing",  # claimed before its file is touched
+    }
+    assert job.settled is not None
+    assert duplicate.is_file()  # files only after the commit
+
+    OutcomeHandler(loop, archive_output=output).clean_up(job)
+
+    assert not duplicate.exists() and published.is_file()
+    assert _states(migrated_engine, job_id) == {"published-archive": "published"}
+
+
+def test_a_failed_settlement_never_costs_the_job_its_move(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = FsArchiveOutput(directory=tmp_path / "archives")
+    job_id, published, duplicate = _committed_job(store, output.directory)
+    loop, job = _loop(store), _driven(job_id)
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("a bug in the settlement")
+
+    monkeypatch.setattr("coordinator.service.driven.settle_within", broken)
+    loop.react(job, reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED))
+
+    assert store.state(job_id) is JobStatus.SUCCEEDED
+    assert job.settled is None
+    assert _states(migrated_engine, job_id) == {
+        "published-archive": "stored",
+        "duplicate-archive": "stored",
+    }
+    OutcomeHandler(loop, archive_output=output).clean_up(job)  # settled after the move instead
+    assert _states(migrated_engine, job_id) == {"published-archive": "published"}
+    assert not duplicate.exists() and published.is_file()
+
+
+def test_an_outage_in_the_settlement_rolls_the_whole_move_back(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = FsArchiveOutput(directory=tmp_path / "archives")
+    job_id, _, _ = _committed_job(store, output.directory)
+    loop, job = _loop(store), _driven(job_id)
+    outage = OperationalError("UPDATE", None, sqlite3.OperationalError("database is locked"))
+
+    def locked(*_: object) -> None:
+        raise outage
+
+    monkeypatch.setattr("coordinator.service.driven.settle_within", locked)
+    with pytest.raises(OperationalError):
+        loop.react(job, reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED))
+
+    assert store.state(job_id) is JobStatus.COMMITTED
+    with migrated_engine.connect() as connection:
+        row = connection.execute(
+            select(_jobs.c.lease_owner, _jobs.c.lease_epoch).where(_jobs.c.id == job_id)
+        ).one()
+        finalised = connection.execute(
+            select(_history.c.id).where(
+                _history.c.job_id == job_id, _history.c.trigger == "finalised"
+            )
+        ).all()
+    assert (row.lease_owner, row.lease_epoch) == (OWNER, EPOCH)  # still held: retried next tick
+    assert finalised == []
+    assert _states(migrated_engine, job_id) == {
+        "published-archive": "stored",
+        "duplicate-archive": "stored",
+    }
