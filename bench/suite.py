@@ -307,12 +307,13 @@ def p1(server: str | None, sizes: Sizes) -> list[Row]:
 
 
 class TransactionCounter:
-    """SQLAlchemy's ``commit`` and ``rollback`` events of every engine of this process."""
+    """The commits, rollbacks and statements of every engine of this process (SQLAlchemy events)."""
 
     def __init__(self) -> None:
-        self.commits = self.rollbacks = 0
+        self.commits = self.rollbacks = self.statements = 0
         event.listen(Engine, "commit", self._commit)
         event.listen(Engine, "rollback", self._rollback)
+        event.listen(Engine, "before_cursor_execute", self._statement)
 
     def _commit(self, _: object) -> None:
         self.commits += 1
@@ -320,9 +321,13 @@ class TransactionCounter:
     def _rollback(self, _: object) -> None:
         self.rollbacks += 1
 
+    def _statement(self, *_: object) -> None:
+        self.statements += 1
+
     def close(self) -> None:
         event.remove(Engine, "commit", self._commit)
         event.remove(Engine, "rollback", self._rollback)
+        event.remove(Engine, "before_cursor_execute", self._statement)
 
 
 def p1b(server: str | None, sizes: Sizes) -> list[Row]:
@@ -346,7 +351,8 @@ def p1b(server: str | None, sizes: Sizes) -> list[Row]:
             f"{rate:.0f} jobs/s ({seconds:.2f} s){note}; {per_job:.1f} commits/job "
             f"(coordinator and engine {counter.commits / sizes.jobs:.1f}, tasks "
             f"{task_commits / sizes.jobs:.1f}) + "
-            f"{(counter.rollbacks + task_rollbacks) / sizes.jobs:.1f} read-only/job",
+            f"{(counter.rollbacks + task_rollbacks) / sizes.jobs:.1f} read-only/job; "
+            f"{counter.statements / sizes.jobs:.1f} statements/job in the coordinator and engine",
             goal="≥ 300 jobs/s",
             holds=verdict(rate >= 300 and not note),
         )

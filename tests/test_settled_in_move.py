@@ -192,3 +192,24 @@ def test_an_outage_in_the_settlement_rolls_the_whole_move_back(
         "published-archive": "stored",
         "duplicate-archive": "stored",
     }
+
+
+def test_a_dataset_whose_archives_table_is_missing_has_nothing_published(
+    store: JobStore, migrated_engine: Engine
+) -> None:
+    """The published rows are read without looking the table up first: a missing table is told
+    apart from other errors, and the transaction goes on (the job ends by ``unpublished``)."""
+    job_id = new_job_in(store, JobStatus.COMMITTED)
+    with migrated_engine.begin() as connection:
+        record_stored_archive(connection, stored_record("ghost_dataset", "lost-archive", job_id))
+        connection.execute(
+            update(_jobs).where(_jobs.c.id == job_id).values(lease_owner=OWNER, lease_epoch=EPOCH)
+        )
+    loop, job = _loop(store), _driven(job_id)
+
+    loop.react(job, reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED))
+
+    assert store.state(job_id) is JobStatus.FAILED
+    with migrated_engine.connect() as connection:
+        message = connection.execute(select(_jobs.c.status_msg).where(_jobs.c.id == job_id))
+        assert "none of its archives is published" in message.scalar_one()

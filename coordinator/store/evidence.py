@@ -15,16 +15,20 @@ read them again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import cast
 
-from sqlalchemy import Connection, Table, inspect, select
+from sqlalchemy import Connection, Select, Table, bindparam, inspect, select
+from sqlalchemy.exc import DBAPIError
 
 from coordinator.store.archives import INSERT_BATCH_SIZE
+from coordinator.store.database import is_transient
 from coordinator.store.datasets import archives_table
 from coordinator.store.schema import CompressionJob
 from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives_of_job
 
 _jobs = cast(Table, CompressionJob.__table__)
+_COMPRESSED_SIZE = select(_jobs.c.compressed_size).where(_jobs.c.id == bindparam("job_id"))
 
 
 @dataclass(frozen=True)
@@ -57,17 +61,42 @@ def read_publication(
         recorded.setdefault(record.dataset, []).append(record.archive_id)
     for dataset, archive_ids in recorded.items():
         table = archives_table(dataset)
-        if not inspect(connection).has_table(table.name):
-            continue
-        for start in range(0, len(archive_ids), INSERT_BATCH_SIZE):
-            rows = connection.execute(
-                select(table.c.id, table.c.size).where(
-                    table.c.creator_id == str(spider_job_id),
-                    table.c.id.in_(archive_ids[start : start + INSERT_BATCH_SIZE]),
-                )
-            )
-            sizes.update(((dataset, str(row.id)), int(row.size or 0)) for row in rows)
+        try:
+            found = _published_sizes(connection, table, spider_job_id, archive_ids)
+        except DBAPIError as error:
+            if is_transient(error) or inspect(connection).has_table(table.name):
+                raise
+            continue  # no such table (never created, or dropped): nothing of it is published
+        sizes.update(((dataset, archive_id), size) for archive_id, size in found.items())
     return PublicationEvidence(records, sizes)
+
+
+def _published_sizes(
+    connection: Connection, table: Table, spider_job_id: int, archive_ids: list[str]
+) -> dict[str, int]:
+    """Archive id → size of the Spider job's published rows among ``archive_ids`` in ``table``.
+
+    The table is not looked up first (one catalogue query per job): a missing table fails the
+    query, which the caller then tells apart from other errors. Either backend keeps the
+    transaction usable after a failed statement.
+    """
+    sizes: dict[str, int] = {}
+    query = _published_rows(table)
+    for start in range(0, len(archive_ids), INSERT_BATCH_SIZE):
+        batch = archive_ids[start : start + INSERT_BATCH_SIZE]
+        rows = connection.execute(query, {"creator": str(spider_job_id), "ids": batch})
+        sizes.update((str(row.id), int(row.size or 0)) for row in rows)
+    return sizes
+
+
+@lru_cache(maxsize=512)
+def _published_rows(table: Table) -> Select[tuple[str, int]]:
+    """The query of a dataset's published rows, built once per table (its compiled form is then
+    cached by SQLAlchemy instead of being built anew for every job)."""
+    return select(table.c.id, table.c.size).where(
+        table.c.creator_id == bindparam("creator"),
+        table.c.id.in_(bindparam("ids", expanding=True)),
+    )
 
 
 def publication_gap(
@@ -86,9 +115,7 @@ def publication_gap(
     if not publication.sizes:
         return "none of its archives is published"
     total = sum(publication.sizes.values())
-    recorded = connection.execute(
-        select(_jobs.c.compressed_size).where(_jobs.c.id == job_id)
-    ).scalar_one_or_none()
+    recorded = connection.execute(_COMPRESSED_SIZE, {"job_id": job_id}).scalar_one_or_none()
     if recorded is None or total != int(recorded):
         return (
             f"its {len(publication.sizes)} published archive(s) total {total} bytes but the "
