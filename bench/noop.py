@@ -4,16 +4,18 @@ Loaded by the embedded engine's executors (``open_runtime(config, packages={"clp
 
 * ``bench.noop:instant_package``: a compress task that returns at once a fixed archive list (one
   archive per task, its id derived from the Spider job and task, so that ids stay unique), with the
-  compress task's own database steps (the archive recorded ``storing``, then marked ``stored``, as
-  the real task does around the upload; no file is written), through the **real** commit task
-  (``coordinator.engine.tasks.commit``) and the real cleanup task. Only clp-s and the upload are
-  left out: what remains is the lifecycle.
+  compress task's own database steps (``coordinator.engine.tasks.records``: the archive recorded
+  ``storing``, then marked ``stored``, as the real task does around the upload; no file is
+  written), through the **real** commit task (``coordinator.engine.tasks.commit``) and the real
+  cleanup task. Only clp-s and the upload are left out: what remains is the lifecycle.
 * ``bench.noop:holding_package``: a compress task that holds its executor until the engine closes
   (at most ``HOLD_SECS``): jobs stay in flight while the loop is measured (P3).
 
 Each executor counts the database transactions of its process (SQLAlchemy's ``commit`` and
-``rollback`` events on every ``Engine``) and, after each task, writes its totals to
-``<staging>/bench-transactions-<pid>`` (``commits rollbacks``): ``executor_transactions`` sums them.
+``rollback`` events on every ``Engine``) and, after each task, writes its totals over the previous
+ones in ``<staging>/bench-transactions-<pid>`` (``commits rollbacks``, fixed width: the executors
+are killed at the end, so the file must be current after every task, and one ``pwrite`` on a file
+kept open costs the measured process little): ``executor_transactions`` sums them.
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
 
-from sqlalchemy import Engine, Table, event, select
+from sqlalchemy import Engine, event
 
 from coordinator.archive_storage.storage import archive_location
 from coordinator.engine.tasks.cleanup import cleanup
 from coordinator.engine.tasks.commit import commit
 from coordinator.engine.tasks.context import TaskContext
 from coordinator.engine.tasks.database import task_engine
+from coordinator.engine.tasks.records import record_stored, record_storing
 from coordinator.engine.tasks.registry import (
     CLEANUP,
     CLP_PACKAGE,
@@ -41,8 +43,7 @@ from coordinator.engine.tasks.registry import (
 )
 from coordinator.store.clock import utc_now
 from coordinator.store.names import DEFAULT_DATASET
-from coordinator.store.schema import CompressionJob
-from coordinator.store.stored_archives import StoredArchiveRecord, begin_storing, mark_stored
+from coordinator.store.stored_archives import StoredArchiveRecord
 from coordinator.task_io import ArchiveMetadata, CompressionTaskOutput, decode_dataset
 
 HOLD_SECS = 600.0
@@ -51,7 +52,6 @@ INSTANT_PACKAGE = {CLP_PACKAGE: "bench.noop:instant_package"}
 HOLDING_PACKAGE = {CLP_PACKAGE: "bench.noop:holding_package"}
 
 _counts = [0, 0]
-_jobs = cast(Table, CompressionJob.__table__)
 
 
 def _commit(_: object) -> None:
@@ -62,16 +62,31 @@ def _rollback(_: object) -> None:
     _counts[1] += 1
 
 
+_count_files: dict[Path, int] = {}
+
+
 def _counted(function: TaskFunction) -> TaskFunction:
     def run(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         try:
             return function(ctx, inputs)
         finally:
-            path = ctx.settings.staging_directory / f"{TRANSACTIONS_FILE}{os.getpid()}"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f"{_counts[0]} {_counts[1]}\n")
+            os.pwrite(_count_file(ctx.settings.staging_directory), _counts_line(), 0)
 
     return run
+
+
+def _count_file(staging: Path) -> int:
+    descriptor = _count_files.get(staging)
+    if descriptor is None:
+        staging.mkdir(parents=True, exist_ok=True)
+        path = staging / f"{TRANSACTIONS_FILE}{os.getpid()}"
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        _count_files[staging] = descriptor
+    return descriptor
+
+
+def _counts_line() -> bytes:
+    return f"{_counts[0]:20d} {_counts[1]:20d}\n".encode()
 
 
 def instant_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
@@ -85,13 +100,8 @@ def instant_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         uncompressed_size=10_000,
     )
     engine = task_engine(ctx.settings)
-    with engine.connect() as connection:
-        job_id = connection.execute(
-            select(_jobs.c.id).where(_jobs.c.spider_id == ctx.job_id)
-        ).scalar_one_or_none()
     name = dataset or DEFAULT_DATASET
     record = StoredArchiveRecord(
-        job_id=job_id,
         spider_job_id=ctx.job_id,
         task_id=ctx.task_id,
         instance_id=ctx.instance_id,
@@ -101,10 +111,9 @@ def instant_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         size=archive.size,
         stored_at=utc_now(),
     )
-    with engine.begin() as connection:
-        record_id = begin_storing(connection, record)
-    with engine.begin() as connection:
-        mark_stored(connection, record_id, utc_now())
+    who = f"instant compress task {ctx.job_id}/{ctx.task_id}#{ctx.instance_id}"
+    record_ids = record_storing(engine, [record], who=who, doing=f"{who} recording")
+    record_stored(engine, [record], record_ids, doing=f"{who} marking stored")
     output = CompressionTaskOutput(dataset=dataset, archives=[archive])
     return [output.to_msgpack()]
 

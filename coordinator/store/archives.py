@@ -7,6 +7,12 @@ every archive is inserted into ``clp_{dataset}_archives`` with ``creator_id`` = 
 and ``creation_ix`` = its index, and the job moves Running → Committed through the guarded
 transition with its sizes and duration. It is idempotent: a job already Committed or Succeeded is
 left as it is and the call succeeds, so Spider may run the commit twice, even at once.
+
+Each process remembers, per engine, the datasets a publication of its own found ready (their three
+tables exist and their ``clp_datasets`` row is registered under the exact name), and skips both
+checks for them: nothing in the coordinator drops a dataset's tables or its row. Should a dataset
+disappear all the same (an operator's or CLP's deletion), the publication that fails on it forgets
+the dataset and runs once more with both checks, which recreate what is missing.
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache, partial
+from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection, delete, insert, inspect, select
+from sqlalchemy import Connection, Engine, Insert, delete, insert, inspect, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.errors import CoordinatorError
 from coordinator.lifecycle import Actor, JobStatus, Trigger
@@ -31,6 +40,9 @@ from coordinator.store.stored_archives import attribute_stored_archives, stored_
 from coordinator.task_io import ArchiveMetadata
 
 INSERT_BATCH_SIZE = 1000
+
+_ready_datasets: WeakKeyDictionary[Engine, set[str]] = WeakKeyDictionary()
+"""Per engine, the datasets this process published to (tables there, row registered)."""
 
 
 class CommitRefused(CoordinatorError):
@@ -71,8 +83,41 @@ def publish_archives(
     """
     if not archives:
         raise ValueError("commit received no archives to publish")
+    publish = partial(
+        _publish,
+        store,
+        spider_job_id=spider_job_id,
+        dataset=dataset,
+        archive_storage_directory=archive_storage_directory,
+        archives=archives,
+        actor_id=actor_id,
+    )
+    ready = _ready_datasets.setdefault(store.engine, set())
+    if dataset in ready:
+        try:
+            return publish(dataset_ready=True)
+        except SQLAlchemyError:
+            # Perhaps the dataset was deleted since (its tables are gone): check it again. The
+            # failed attempt was rolled back whole, so running it again publishes nothing twice.
+            ready.discard(dataset)
     ensure_dataset_tables(store.engine, dataset)
-    table = archives_table(dataset)
+    result = publish(dataset_ready=False)
+    if result.publication is Publication.PUBLISHED:  # the registration was checked, and committed
+        ready.add(dataset)
+    return result
+
+
+def _publish(
+    store: JobStore,
+    *,
+    spider_job_id: int,
+    dataset: str,
+    archive_storage_directory: str,
+    archives: Sequence[ArchiveMetadata],
+    actor_id: str,
+    dataset_ready: bool,
+) -> PublishResult:
+    """``publish_archives``' transaction; ``dataset_ready`` skips the dataset's registration."""
     with store.engine.begin() as connection:
         try:
             job_id, state = in_flight_job_of(connection, spider_job_id, lock=True)
@@ -80,7 +125,8 @@ def publish_archives(
             raise CommitRefused(f"{error}; refusing to commit") from error
         if state is JobStatus.COMMITTED:
             return PublishResult(job_id, Publication.ALREADY_COMMITTED, 0)
-        register_dataset(connection, dataset, archive_storage_directory)
+        if not dataset_ready:
+            register_dataset(connection, dataset, archive_storage_directory)
         rows = [
             {
                 "id": archive.id,
@@ -94,7 +140,7 @@ def publish_archives(
             for index, archive in enumerate(archives)
         ]
         for start in range(0, len(rows), INSERT_BATCH_SIZE):
-            connection.execute(insert(table), rows[start : start + INSERT_BATCH_SIZE])
+            connection.execute(_insert_archives(dataset), rows[start : start + INSERT_BATCH_SIZE])
         attribute_stored_archives(
             connection, job_id, spider_job_id, [archive.id for archive in archives]
         )
@@ -118,6 +164,13 @@ def publish_archives(
             # exception rolls the archive rows back.
             raise CommitRefused(f"job {job_id}: the commit lost its compare-and-set: {result}")
     return PublishResult(job_id, Publication.PUBLISHED, len(archives))
+
+
+@lru_cache(maxsize=64)
+def _insert_archives(dataset: str) -> Insert:
+    """The insert of ``clp_{dataset}_archives`` rows, built once per dataset (as in
+    ``coordinator.store.stored_archives``)."""
+    return insert(archives_table(dataset))
 
 
 def published_archives_of_job(

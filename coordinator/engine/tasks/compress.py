@@ -92,13 +92,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import IO, TypeVar
 
-from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.archive_storage import ArchiveOutputSettings, ArchiveStorageError
@@ -106,20 +104,13 @@ from coordinator.archive_storage.errors import describe_os_error
 from coordinator.archive_storage.storage import archive_location, remove_archive, store_archive
 from coordinator.config.locations import is_same_store, local_store_named
 from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
-from coordinator.engine.tasks.database import task_engine, wait_out_outages
+from coordinator.engine.tasks.database import task_engine
+from coordinator.engine.tasks.records import record_stored, record_storing
 from coordinator.engine.tasks.s3_urls import s3_object_url
 from coordinator.engine.tasks.scratch import create_scratch, remove_scratch
 from coordinator.serde import WireFormatError, decode_as
 from coordinator.store.clock import utc_now
-from coordinator.store.jobs import SpiderJobUnmatched, in_flight_job_of
-from coordinator.store.stored_archives import (
-    STORED,
-    StoredArchiveRecord,
-    begin_storing,
-    forget_records,
-    mark_stored,
-    stored_archives,
-)
+from coordinator.store.stored_archives import StoredArchiveRecord, forget_records
 from coordinator.task_io import (
     ArchiveMetadata,
     ClpSCompressionOption,
@@ -680,9 +671,8 @@ def _store_and_record(
 
     Two write transactions whatever the number of archives: the owning job's look-up and every
     ``storing`` record in the first (committed before any file is stored), every ``stored`` mark in
-    the second (after the last file is stored). The database steps wait out an outage
-    (``wait_out_outages``) and are safe to repeat: a record this instance already inserted, or
-    already marked, is found rather than written twice.
+    the second (after the last file is stored); both wait out an outage and are safe to repeat
+    (``coordinator.engine.tasks.records``).
     """
     if not archives:
         return
@@ -706,9 +696,8 @@ def _store_and_record(
     ]
     named = ", ".join(archive.id for archive in archives)
     try:
-        record_ids = wait_out_outages(
-            partial(_begin_storing_once, engine, records, who),
-            doing=f"{who} recording archive(s) {named}",
+        record_ids = record_storing(
+            engine, records, who=who, doing=f"{who} recording archive(s) {named}"
         )
     except SQLAlchemyError as error:
         raise TaskError(
@@ -719,9 +708,8 @@ def _store_and_record(
     for archive in archives:
         store_archive(output, output_directory / archive.id, dataset, archive.id)
     try:
-        claimed = wait_out_outages(
-            partial(_mark_stored_once, engine, records, record_ids),
-            doing=f"{who} marking archive(s) {named} stored",
+        claimed = record_stored(
+            engine, records, record_ids, doing=f"{who} marking archive(s) {named} stored"
         )
     except SQLAlchemyError as error:
         raise TaskError(
@@ -734,68 +722,6 @@ def _store_and_record(
             "coordinator's clean-up while they were being stored (the job has ended); this "
             "attempt's archives are removed"
         )
-
-
-def _begin_storing_once(
-    engine: Engine, records: Sequence[StoredArchiveRecord], who: str
-) -> list[int]:
-    """The owning job's look-up and ``begin_storing`` of every record, in one transaction; their
-    ids (a record an attempt that seemed to fail inserted is found, not inserted again)."""
-    with engine.begin() as connection:
-        job_id = _owning_job(connection, records[0].spider_job_id, who)
-        mine = _own_records(connection, records[0])
-        ids: list[int] = []
-        for record in records:
-            existing = mine.get(record.archive_id)
-            if existing is not None and existing.id is not None:
-                ids.append(existing.id)
-            else:
-                ids.append(begin_storing(connection, replace(record, job_id=job_id)))
-        return ids
-
-
-def _mark_stored_once(
-    engine: Engine, records: Sequence[StoredArchiveRecord], record_ids: Sequence[int]
-) -> list[str]:
-    """``mark_stored`` of every record, in one transaction; the archive ids that clean-up claimed
-    meanwhile (a record an attempt that seemed to fail marked already counts as marked)."""
-    claimed: list[str] = []
-    with engine.begin() as connection:
-        now = utc_now()
-        mine: dict[str, StoredArchiveRecord] | None = None
-        for record, record_id in zip(records, record_ids, strict=True):
-            if mark_stored(connection, record_id, now):
-                continue
-            if mine is None:
-                mine = _own_records(connection, record)
-            own = mine.get(record.archive_id)
-            if own is None or own.id != record_id or own.state != STORED:
-                claimed.append(record.archive_id)
-    return claimed
-
-
-def _own_records(
-    connection: Connection, record: StoredArchiveRecord
-) -> dict[str, StoredArchiveRecord]:
-    """The records ``record``'s task instance already inserted, by archive id."""
-    return {
-        existing.archive_id: existing
-        for existing in stored_archives(connection, record.spider_job_id)
-        if existing.instance_id == record.instance_id
-    }
-
-
-def _owning_job(connection: Connection, spider_job_id: int, who: str) -> int | None:
-    """The compression job this Spider job runs for, when exactly one in-flight job records it.
-
-    ``None`` leaves the records unattributed (the commit, or the coordinator's sweep once the job
-    row is unambiguous, attributes them). Raises the driver's errors.
-    """
-    try:
-        return in_flight_job_of(connection, spider_job_id)[0]
-    except SpiderJobUnmatched as unmatched:
-        logger.debug("%s: its archives stay unattributed: %s", who, unmatched)
-        return None
 
 
 def _dying_with_parent(command: Sequence[str]) -> list[str]:

@@ -1,0 +1,127 @@
+"""The compress task's outbox records of an attempt: ``storing`` before its files, ``stored`` after.
+
+``record_storing`` inserts every archive's record in state ``storing`` in one transaction (which
+also resolves the owning compression job), committed before any file is stored; ``record_stored``
+marks them all ``stored`` in one transaction after the last file is stored
+(``coordinator.store.stored_archives`` says why the order matters). Both wait out a database outage
+(``coordinator.engine.tasks.database.wait_out_outages``) and are safe to repeat after an ambiguous
+failure: a record this instance already inserted, or already marked, is found rather than written
+twice. The benchmarks' instant compress task (``bench.noop``) runs the same two steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine
+
+from coordinator.engine.tasks.database import wait_out_outages
+from coordinator.store.clock import utc_now
+from coordinator.store.jobs import SpiderJobUnmatched, in_flight_job_of
+from coordinator.store.stored_archives import (
+    STORED,
+    StoredArchiveRecord,
+    begin_storing,
+    mark_stored,
+    stored_archives,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def record_storing(
+    engine: Engine, records: Sequence[StoredArchiveRecord], *, who: str, doing: str
+) -> list[int]:
+    """Insert ``records`` (one task instance's) as ``storing`` in one transaction; their ids.
+
+    The owning job is resolved in the same transaction (``None`` when not exactly one in-flight
+    job records the Spider job id: the commit or the coordinator's sweep attributes them later).
+    Only an attempt after a failed one looks for records already inserted: instance ids are never
+    reused, so before this call's first attempt the instance has none. ``who`` names the task in
+    logs, ``doing`` the step while an outage is waited out. Raises the driver's non-transient
+    errors (whatever was inserted was then rolled back, or is found by a repeat).
+    """
+    attempts = 0
+
+    def attempt() -> list[int]:
+        nonlocal attempts
+        attempts += 1
+        return _begin_storing_once(engine, records, who, repeat=attempts > 1)
+
+    return wait_out_outages(attempt, doing=doing)
+
+
+def record_stored(
+    engine: Engine,
+    records: Sequence[StoredArchiveRecord],
+    record_ids: Sequence[int],
+    *,
+    doing: str,
+) -> list[str]:
+    """Mark ``records`` (inserted by ``record_storing`` as ``record_ids``) ``stored`` in one
+    transaction; the archive ids that the coordinator's clean-up claimed meanwhile.
+
+    Raises the driver's non-transient errors; an outage is waited out (``doing`` names the step).
+    """
+    return wait_out_outages(lambda: _mark_stored_once(engine, records, record_ids), doing=doing)
+
+
+def _begin_storing_once(
+    engine: Engine, records: Sequence[StoredArchiveRecord], who: str, *, repeat: bool
+) -> list[int]:
+    with engine.begin() as connection:
+        job_id = _owning_job(connection, records[0].spider_job_id, who)
+        mine = _own_records(connection, records[0]) if repeat else {}
+        ids: list[int] = []
+        for record in records:
+            existing = mine.get(record.archive_id)
+            if existing is not None and existing.id is not None:
+                ids.append(existing.id)
+            else:
+                ids.append(begin_storing(connection, replace(record, job_id=job_id)))
+        return ids
+
+
+def _mark_stored_once(
+    engine: Engine, records: Sequence[StoredArchiveRecord], record_ids: Sequence[int]
+) -> list[str]:
+    # A record that an attempt which seemed to fail marked already counts as marked.
+    claimed: list[str] = []
+    with engine.begin() as connection:
+        now: datetime = utc_now()
+        mine: dict[str, StoredArchiveRecord] | None = None
+        for record, record_id in zip(records, record_ids, strict=True):
+            if mark_stored(connection, record_id, now):
+                continue
+            if mine is None:
+                mine = _own_records(connection, record)
+            own = mine.get(record.archive_id)
+            if own is None or own.id != record_id or own.state != STORED:
+                claimed.append(record.archive_id)
+    return claimed
+
+
+def _own_records(
+    connection: Connection, record: StoredArchiveRecord
+) -> dict[str, StoredArchiveRecord]:
+    """The records ``record``'s task instance already inserted, by archive id."""
+    return {
+        existing.archive_id: existing
+        for existing in stored_archives(connection, record.spider_job_id)
+        if existing.instance_id == record.instance_id
+    }
+
+
+def _owning_job(connection: Connection, spider_job_id: int, who: str) -> int | None:
+    """The compression job this Spider job runs for, when exactly one in-flight job records it.
+
+    Raises the driver's errors.
+    """
+    try:
+        return in_flight_job_of(connection, spider_job_id)[0]
+    except SpiderJobUnmatched as unmatched:
+        logger.debug("%s: its archives stay unattributed: %s", who, unmatched)
+        return None
