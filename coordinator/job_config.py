@@ -57,6 +57,7 @@ from __future__ import annotations
 import decimal
 import math
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from typing import Annotated, Any, Literal, NoReturn
 
 import zstandard
@@ -178,7 +179,32 @@ def decode_clp_io_config(blob: bytes) -> ClpIoConfig:
 
     Raises ``UndecodableJobConfig``, and nothing else, when Rust could not decode it, or when it
     inflates past ``MAX_DECOMPRESSED_BYTES``. The message names the field and serde's reason.
+
+    A blob of at most ``DECODED_CACHE_BLOB_BYTES`` is decoded once per process while it stays
+    among the ``DECODED_CACHE_ENTRIES`` last used (the claim reads a job's dataset and its
+    submission the whole config: one decoding serves both); callers share the config, which is
+    frozen, and must not change its lists. Failures are not remembered.
     """
+    blob = bytes(blob)
+    if len(blob) <= DECODED_CACHE_BLOB_BYTES:
+        return _decode_remembered(blob)
+    return _decode(blob)
+
+
+DECODED_CACHE_ENTRIES = 1024
+"""Decoded configs kept (a tick claims up to ``max_concurrent_jobs``, 1,000 by default, and
+submits them in claim order: each submission then finds its claim's decoding)."""
+DECODED_CACHE_BLOB_BYTES = 4096
+"""Only blobs this small are kept (a one-object job's blob is ~200 bytes): a large job's decoding
+is small beside its work, and its object ids would hold memory."""
+
+
+@lru_cache(maxsize=DECODED_CACHE_ENTRIES)
+def _decode_remembered(blob: bytes) -> ClpIoConfig:
+    return _decode(blob)
+
+
+def _decode(blob: bytes) -> ClpIoConfig:
     raw = _inflate(blob)
     try:
         # Maps as ``WireMap`` (repeated and unhashable keys kept, as serde sees them); a str that

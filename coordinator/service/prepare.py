@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.errors import CoordinatorError
@@ -29,7 +29,7 @@ from coordinator.partition import (
 from coordinator.serde import WireFormatError
 from coordinator.spider.policy import InvalidExecutionPolicy, commit_task_policy
 from coordinator.spider.task_graph import JobSubmission, build_compression_job
-from coordinator.store.datasets import registered_with_other_case
+from coordinator.store.datasets import registered_in_any_case
 from coordinator.store.ingestion import fetch_objects
 from coordinator.store.names import InvalidDatasetName, resolve_dataset_name
 from coordinator.task_io import ClpSCompressionOption, S3InputSource
@@ -86,10 +86,13 @@ def prepare(
     settings: CompressionCoordinator,
     *,
     cleanup_task: bool = True,
+    registered_as_named: set[str] | None = None,
 ) -> PreparedJob:
     """The Spider submission for a job; raises ``JobRejected`` with the operator's message.
 
     ``cleanup_task``: whether the graph carries the coordinator's ``compression::cleanup`` task.
+    ``registered_as_named``: the datasets seen registered under exactly their own name, which the
+    caller keeps across jobs (see ``_registered_in_other_case``); this call adds to it.
 
     Database errors propagate (the job stays Pending and is tried again).
     """
@@ -129,7 +132,7 @@ def prepare(
         if job_input.ingestion_job_id > largest_id:
             fetchable = []
         with engine.connect() as connection:
-            registered = registered_with_other_case(connection, dataset)
+            registered = _registered_in_other_case(connection, dataset, registered_as_named)
             rows = fetch_objects(connection, fetchable, job_input.ingestion_job_id)
         objects = objects_in_id_order(
             ids,
@@ -189,3 +192,22 @@ def prepare(
             "submit its objects as several jobs"
         )
     return PreparedJob(dataset, submission, len(objects))
+
+
+def _registered_in_other_case(
+    connection: Connection, dataset: str, registered_as_named: set[str] | None
+) -> str | None:
+    """The registered dataset whose name differs from ``dataset`` only in letter case, if any.
+
+    Not read again once ``dataset`` was seen registered under exactly its name (and alone): no
+    other case can be registered beside it where names compare without case (MariaDB's key on
+    ``clp_datasets.name``), nor matter where they do not (SQLite, whose table names compare without
+    case). Should the row be deleted and another case registered meanwhile, the commit still
+    refuses the job (``register_dataset``'s ``DatasetNameCollision``). Raises the driver's errors.
+    """
+    if registered_as_named is not None and dataset in registered_as_named:
+        return None
+    names = registered_in_any_case(connection, dataset)
+    if registered_as_named is not None and names == [dataset]:
+        registered_as_named.add(dataset)
+    return next((name for name in names if name != dataset), None)

@@ -78,6 +78,9 @@ class Submitter:
         self._datasets_with_tables: set[str] = set()
         """Datasets whose tables this submitter created or found (checked once per process: the
         commit creates them again should they be dropped meanwhile)."""
+        self._datasets_registered_as_named: set[str] = set()
+        """Datasets seen registered under exactly their name (``prepare``'s letter-case check is
+        then not read again: the commit checks it anyway)."""
 
     def submit(self, job: DrivenJob) -> None:
         """Submit ``job`` (or end it, when it never can run). Raises the driver's errors."""
@@ -108,6 +111,7 @@ class Submitter:
                 job.clp_config,
                 self.loop.settings,
                 cleanup_task=self.loop.cleanup_task,
+                registered_as_named=self._datasets_registered_as_named,
             )
         except JobRejected as rejection:
             self.loop.move(job, Trigger.REJECTED, JobStatus.FAILED, str(rejection))

@@ -39,6 +39,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    bindparam,
     func,
     inspect,
     select,
@@ -247,11 +248,22 @@ def ensure_dataset_tables(engine: Engine, dataset: str) -> None:
 
 def registered_with_other_case(connection: Connection, name: str) -> str | None:
     """The registered dataset whose name differs from ``name`` only in letter case, if any."""
-    datasets = cast(Table, Dataset.__table__)
-    rows = connection.execute(
-        select(datasets.c.name).where(func.lower(datasets.c.name) == name.lower())
-    ).scalars()
-    return next((registered for registered in rows if registered != name), None)
+    return next(
+        (other for other in registered_in_any_case(connection, name) if other != name), None
+    )
+
+
+def registered_in_any_case(connection: Connection, name: str) -> list[str]:
+    """The registered datasets whose name equals ``name`` but for letter case (``name`` itself
+    included when registered). Raises the driver's errors."""
+    return list(connection.execute(_IN_ANY_CASE, {"lower_name": name.lower()}).scalars())
+
+
+_datasets = cast(Table, Dataset.__table__)
+_IN_ANY_CASE = select(_datasets.c.name).where(
+    func.lower(_datasets.c.name) == bindparam("lower_name")
+)
+"""Built once (read at every submission): SQLAlchemy reuses its cache key and compiled form."""
 
 
 def register_dataset(connection: Connection, name: str, archive_storage_directory: str) -> None:

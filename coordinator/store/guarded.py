@@ -23,9 +23,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import cast
 
-from sqlalchemy import ColumnElement, Connection, Table, and_, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Insert,
+    Table,
+    Update,
+    and_,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from coordinator import metrics
 from coordinator.errors import CoordinatorError
@@ -161,31 +174,33 @@ def apply_transition(
     values = _recorded_values(connection, edge, request, now, fit_message)
     if values is None:
         return NotFound(request.job_id)
-    if edge.dest is JobStatus.COMMITTED:
-        values["committed_at"] = now
-    matched = connection.execute(
-        update(_jobs)
-        .where(*_guards(edge, request))
-        .values(status=stored_status(edge.dest, committed_storage), **values)
-    ).rowcount
+    values["v_status"] = stored_status(edge.dest, committed_storage)
+    values["w_id"] = request.job_id
+    if RowGuard.SPIDER_ID_MATCHES in edge.guards:
+        values["w_spider_id"] = request.spider_id
+    if request.fence is not None:
+        values["w_fence"] = request.fence
+    statement = _guarded_update(edge, request.fence is not None, request.unless_cancel_requested)
+    matched = connection.execute(statement, values).rowcount
     if matched != 1:
         outcome = _explain_no_match(connection, request)
         if isinstance(outcome, LostRace):
             metrics.LOST_RACES.labels(edge.trigger.value).inc()
         return outcome
     history_id = connection.execute(
-        insert(_history).values(
-            job_id=request.job_id,
-            from_status=int(edge.source),
-            to_status=int(edge.dest),
-            trigger=edge.trigger,
-            actor=request.actor.value,
-            actor_id=request.actor_id,
-            reason=request.reason,
-            spider_id=request.spider_id,
-            lease_epoch=_lease_epoch(connection, request),
-            at=now,
-        )
+        _HISTORY_INSERT,
+        {
+            "job_id": request.job_id,
+            "from_status": int(edge.source),
+            "to_status": int(edge.dest),
+            "trigger": edge.trigger,
+            "actor": request.actor.value,
+            "actor_id": request.actor_id,
+            "reason": request.reason,
+            "spider_id": request.spider_id,
+            "lease_epoch": _lease_epoch(connection, request),
+            "at": now,
+        },
     ).inserted_primary_key
     assert history_id is not None
     return Applied(request.job_id, edge, now, int(history_id[0]))
@@ -197,9 +212,16 @@ def validate_request(request: TransitionRequest) -> Edge:
     Pure: no SQL. Raises ``IllegalTransition`` (the lifecycle forbids the move, or this actor may
     not make it) or ``InvalidTransitionRequest`` (the edge must record a value the request lacks).
     """
-    edge = plan_transition(request.trigger, request.source, request.target, request.actor)
+    edge = _planned(request.trigger, request.source, request.target, request.actor)
     _check_request(edge, request)
     return edge
+
+
+@cache
+def _planned(trigger: Trigger, source: JobStatus, target: JobStatus, actor: Actor) -> Edge:
+    # The lifecycle is fixed at import, so each legal move's edge is looked up once (an illegal
+    # one raises every time: exceptions are not cached).
+    return plan_transition(trigger, source, target, actor)
 
 
 def _check_request(edge: Edge, request: TransitionRequest) -> None:
@@ -229,48 +251,87 @@ def _recorded_values(
     now: datetime,
     fit_message: Callable[[str], str],
 ) -> dict[str, object] | None:
-    """The columns the edge writes besides ``status``; ``None`` when the job does not exist."""
-    values: dict[str, object] = {"update_time": now}
+    """The parameters of the edge's ``_guarded_update`` besides the status and the guards'
+    (``v_<column>``); ``None`` when the job does not exist."""
+    values: dict[str, object] = {"v_update_time": now}
     if Record.SUBMISSION in edge.records:
         values.update(
-            spider_id=request.spider_id,
-            num_tasks=request.num_tasks,
-            start_time=now,
-            # A restart may find the claim's dispatch_time unwritten; keep CLP's invariant that a
-            # RUNNING row has one (#2462).
-            dispatch_time=func.coalesce(_jobs.c.dispatch_time, now),
+            v_spider_id=request.spider_id,
+            v_num_tasks=request.num_tasks,
+            v_start_time=now,
+            v_dispatch_time=now,
         )
     if Record.SIZES in edge.records:
         values.update(
-            uncompressed_size=request.uncompressed_size, compressed_size=request.compressed_size
+            v_uncompressed_size=request.uncompressed_size,
+            v_compressed_size=request.compressed_size,
         )
     if Record.STATUS_MSG in edge.records:
-        values["status_msg"] = fit_message(request.reason)
+        values["v_status_msg"] = fit_message(request.reason)
     if Record.DURATION in edge.records:
         # start_time is written once, by 'submitted', so reading it ahead of the compare-and-set is
         # safe; computing here keeps the arithmetic identical on SQLite and MariaDB.
-        row = connection.execute(
-            select(_jobs.c.start_time).where(_jobs.c.id == request.job_id)
-        ).one_or_none()
+        row = connection.execute(_START_TIME, {"w_id": request.job_id}).one_or_none()
         if row is None:
             return None
         start_time = row.start_time
-        values["duration"] = (now - start_time).total_seconds() if start_time else None
+        values["v_duration"] = (now - start_time).total_seconds() if start_time else None
+    if edge.dest is JobStatus.COMMITTED:
+        values["v_committed_at"] = now
     return values
 
 
-def _guards(edge: Edge, request: TransitionRequest) -> list[ColumnElement[bool]]:
-    guards: list[ColumnElement[bool]] = [_jobs.c.id == request.job_id, *in_state(edge.source)]
+# The statements are built once (per edge and guard shape) with named parameters: SQLAlchemy then
+# reuses the statement's cache key and compiled form instead of building them on every move. The
+# parameter names never match a column's (``w_`` for the WHERE clause, ``v_`` for SET), so no
+# parameter can add itself to the SET clause.
+
+
+@cache
+def _guarded_update(edge: Edge, fenced: bool, unless_cancel_requested: bool) -> Update:
+    """The compare-and-set of ``edge`` (module docstring); its parameters are ``w_id``,
+    ``w_spider_id`` (``SPIDER_ID_MATCHES``), ``w_fence`` (``fenced``), ``v_status`` and what
+    ``_recorded_values`` gives."""
+    guards: list[ColumnElement[bool]] = [_jobs.c.id == bindparam("w_id"), *in_state(edge.source)]
     for guard in edge.guards:
         if guard is RowGuard.SPIDER_ID_UNSET:
             guards.append(_jobs.c.spider_id.is_(None))
         elif guard is RowGuard.SPIDER_ID_MATCHES:
-            guards.append(_jobs.c.spider_id == request.spider_id)
-    if request.fence is not None:
-        guards.append(_jobs.c.lease_epoch == request.fence)
-    if request.unless_cancel_requested:
+            guards.append(_jobs.c.spider_id == bindparam("w_spider_id"))
+    if fenced:
+        guards.append(_jobs.c.lease_epoch == bindparam("w_fence"))
+    if unless_cancel_requested:
         guards.append(_jobs.c.cancel_requested_at.is_(None))
-    return [and_(*guards)]
+    columns = ["status", "update_time"]
+    if Record.SUBMISSION in edge.records:
+        columns += ["spider_id", "num_tasks", "start_time"]
+    if Record.SIZES in edge.records:
+        columns += ["uncompressed_size", "compressed_size"]
+    if Record.STATUS_MSG in edge.records:
+        columns.append("status_msg")
+    if Record.DURATION in edge.records:
+        columns.append("duration")
+    if edge.dest is JobStatus.COMMITTED:
+        columns.append("committed_at")
+    values: dict[str, object] = {column: bindparam(f"v_{column}") for column in columns}
+    if Record.SUBMISSION in edge.records:
+        # A restart may find the claim's dispatch_time unwritten; keep CLP's invariant that a
+        # RUNNING row has one (#2462).
+        values["dispatch_time"] = func.coalesce(
+            _jobs.c.dispatch_time,
+            bindparam("v_dispatch_time", type_=_jobs.c.dispatch_time.type),
+        )
+    return update(_jobs).where(and_(*guards)).values(values)
+
+
+_HISTORY_INSERT: Insert = insert(_history)
+"""The history row, every column given as a parameter."""
+
+_START_TIME = select(_jobs.c.start_time).where(_jobs.c.id == bindparam("w_id"))
+_ROW_NOW = select(
+    _jobs.c.status, _jobs.c.spider_id, _jobs.c.lease_epoch, _jobs.c.committed_at
+).where(_jobs.c.id == bindparam("w_id"))
+_LEASE_EPOCH = select(_jobs.c.lease_epoch).where(_jobs.c.id == bindparam("w_id"))
 
 
 def in_state(state: JobStatus) -> list[ColumnElement[bool]]:
@@ -289,11 +350,7 @@ def in_state(state: JobStatus) -> list[ColumnElement[bool]]:
 
 
 def _explain_no_match(connection: Connection, request: TransitionRequest) -> LostRace | NotFound:
-    row = connection.execute(
-        select(_jobs.c.status, _jobs.c.spider_id, _jobs.c.lease_epoch, _jobs.c.committed_at).where(
-            _jobs.c.id == request.job_id
-        )
-    ).one_or_none()
+    row = connection.execute(_ROW_NOW, {"w_id": request.job_id}).one_or_none()
     if row is None:
         return NotFound(request.job_id)
     return LostRace(
@@ -310,5 +367,4 @@ def _lease_epoch(connection: Connection, request: TransitionRequest) -> int:
     if request.fence is not None:
         return request.fence
     # The UPDATE above holds the row lock, so this is the epoch the move was made under.
-    query = select(_jobs.c.lease_epoch).where(_jobs.c.id == request.job_id)
-    return int(connection.execute(query).scalar_one())
+    return int(connection.execute(_LEASE_EPOCH, {"w_id": request.job_id}).scalar_one())

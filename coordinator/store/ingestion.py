@@ -42,6 +42,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    bindparam,
     insert,
     select,
     update,
@@ -108,13 +109,21 @@ def fetch_objects(
     rows: list[S3ObjectRow] = []
     for start in range(0, len(sorted_ids), FETCH_BATCH_SIZE):
         batch = list(sorted_ids[start : start + FETCH_BATCH_SIZE])
-        result = connection.execute(
-            select(_objects.c.id, _objects.c.bucket, _objects.c.key, _objects.c.size)
-            .where(_objects.c.id.in_(batch), _objects.c.ingestion_job_id == ingestion_job_id)
-            .order_by(_objects.c.id)
-        )
+        result = connection.execute(_FETCH_OBJECTS, {"ids": batch, "job": ingestion_job_id})
         rows += [S3ObjectRow(row.id, row.bucket, row.key, row.size) for row in result]
     return rows
+
+
+_FETCH_OBJECTS = (
+    select(_objects.c.id, _objects.c.bucket, _objects.c.key, _objects.c.size)
+    .where(
+        _objects.c.id.in_(bindparam("ids", expanding=True)),
+        _objects.c.ingestion_job_id == bindparam("job"),
+    )
+    .order_by(_objects.c.id)
+)
+"""Built once (``fetch_objects``, every submission): SQLAlchemy reuses its cache key and compiled
+form; the ``IN`` list is expanded at each execution."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import cast
 
-from sqlalchemy import Connection, Engine, Table, func, insert, select, text
+from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from coordinator import metrics
@@ -35,6 +35,13 @@ from coordinator.store.messages import fit_status_msg
 from coordinator.store.schema import CompressionJob, JobTransition
 
 _jobs = cast(Table, CompressionJob.__table__)
+
+_STATE = select(_jobs.c.status, _jobs.c.committed_at).where(_jobs.c.id == bindparam("job_id"))
+"""Built once: SQLAlchemy reuses its cache key and compiled form (``JobStore.state``)."""
+
+_STATES = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
+    _jobs.c.id.in_(bindparam("job_ids", expanding=True))
+)
 
 Effects = Callable[[Connection, Applied], None]
 """Statements that must commit with a move, or not at all (publish or withdraw archives...)."""
@@ -131,10 +138,25 @@ class JobStore:
         Raises ``ValueError`` for a status no one defines.
         """
         with self.engine.connect() as connection:
-            row = connection.execute(
-                select(_jobs.c.status, _jobs.c.committed_at).where(_jobs.c.id == job_id)
-            ).one_or_none()
+            row = connection.execute(_STATE, {"job_id": job_id}).one_or_none()
         return None if row is None else state_of(row.status, row.committed_at)
+
+    def states(self, job_ids: Sequence[int]) -> dict[int, JobStatus | None]:
+        """The lifecycle states of ``job_ids``, read in one query.
+
+        A job that does not exist is absent; one whose status no one defines maps to ``None``.
+        """
+        if not job_ids:
+            return {}
+        with self.engine.connect() as connection:
+            rows = connection.execute(_STATES, {"job_ids": list(job_ids)}).all()
+        states: dict[int, JobStatus | None] = {}
+        for row in rows:
+            try:
+                states[int(row.id)] = state_of(row.status, row.committed_at)
+            except ValueError:
+                states[int(row.id)] = None
+        return states
 
     def history(self, job_id: int) -> Sequence[JobTransition]:
         """The job's applied moves, oldest first."""

@@ -30,14 +30,18 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Select,
     Table,
+    Update,
     and_,
+    bindparam,
     func,
     or_,
     select,
@@ -71,12 +75,139 @@ class Lease:
     set): a Pending job is then killed, never submitted."""
 
 
-def _claimable_by(owner: str, now: datetime) -> ColumnElement[bool]:
+# The statements are built once (per shape) with named parameters, so that SQLAlchemy reuses their
+# cache keys and compiled forms: claims and renewals run every tick, releases with every job's end.
+# No parameter is named after a column (no parameter can add itself to an UPDATE's SET clause).
+
+
+def _claimable() -> ColumnElement[bool]:
+    """Rows no live lease holds, or held by ``:owner`` (a restart of the same coordinator)."""
     return or_(
         _jobs.c.lease_owner.is_(None),
-        _jobs.c.lease_expires_at < now,
-        _jobs.c.lease_owner == owner,
+        _jobs.c.lease_expires_at < bindparam("now"),
+        _jobs.c.lease_owner == bindparam("owner"),
     )
+
+
+def _not_skipped(skipping: bool) -> list[ColumnElement[bool]]:
+    return [_jobs.c.id.not_in(bindparam("skip", expanding=True))] if skipping else []
+
+
+@cache
+def _pending_candidates(recorded_spider_id: bool, skipping: bool) -> Select[Any]:
+    """``claim_pending``'s candidates: parameters ``now``, ``owner``, ``limit`` (and ``skip``)."""
+    return (
+        select(
+            _jobs.c.id,
+            _jobs.c.lease_epoch,
+            _jobs.c.spider_id,
+            _jobs.c.clp_config,
+            _jobs.c.cancel_requested_at,
+        )
+        .where(
+            _jobs.c.status == int(JobStatus.PENDING),
+            _jobs.c.spider_id.is_not(None) if recorded_spider_id else _jobs.c.spider_id.is_(None),
+            _claimable(),
+            *_not_skipped(skipping),
+        )
+        .order_by(_jobs.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+    )
+
+
+@cache
+def _in_flight_candidates(skipping: bool) -> Select[Any]:
+    """``take_over_in_flight``'s candidates: parameters as ``_pending_candidates``'."""
+    return (
+        select(
+            _jobs.c.id,
+            _jobs.c.lease_epoch,
+            _jobs.c.status,
+            _jobs.c.spider_id,
+            _jobs.c.clp_config,
+            _jobs.c.committed_at,
+        )
+        .where(
+            _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES),
+            _jobs.c.spider_id.is_not(None),
+            _claimable(),
+            *_not_skipped(skipping),
+        )
+        .order_by(_jobs.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+    )
+
+
+def _candidate_parameters(
+    owner: str, now: datetime, limit: int, skip: Collection[int]
+) -> dict[str, object]:
+    parameters: dict[str, object] = {"owner": owner, "now": now, "limit": limit}
+    if skip:
+        parameters["skip"] = list(skip)
+    return parameters
+
+
+@cache
+def _take(dispatching: bool) -> Update:
+    """``_take_all``'s compare-and-set of one epoch's batch: parameters ``w_ids``, ``w_seen``,
+    ``v_owner``, ``v_expires`` (and ``v_dispatch`` when ``dispatching``)."""
+    values: dict[str, object] = {
+        "lease_owner": bindparam("v_owner"),
+        "lease_expires_at": bindparam("v_expires"),
+        "lease_epoch": _jobs.c.lease_epoch + 1,
+        "update_time": _jobs.c.update_time,  # bookkeeping, not a change of the job
+    }
+    if dispatching:
+        dispatch = bindparam("v_dispatch", type_=_jobs.c.dispatch_time.type)
+        values["dispatch_time"] = func.coalesce(_jobs.c.dispatch_time, dispatch)
+        values["update_time"] = bindparam("v_dispatch_update", type_=_jobs.c.update_time.type)
+    return (
+        update(_jobs)
+        .where(
+            _jobs.c.id.in_(bindparam("w_ids", expanding=True)),
+            _jobs.c.lease_epoch == bindparam("w_seen"),
+        )
+        .values(values)
+    )
+
+
+_TAKEN_BY = select(_jobs.c.id).where(
+    _jobs.c.id.in_(bindparam("w_ids", expanding=True)),
+    _jobs.c.lease_epoch == bindparam("w_epoch"),
+    _jobs.c.lease_owner == bindparam("w_owner"),
+    _jobs.c.lease_expires_at == bindparam("w_expires"),
+)
+"""Which of ``w_ids`` this claim took (``_take_all`` after a short batch)."""
+
+_HELD = and_(
+    _jobs.c.id.in_(bindparam("w_ids", expanding=True)),
+    _jobs.c.lease_epoch == bindparam("w_epoch"),
+    _jobs.c.lease_owner == bindparam("w_owner"),
+)
+_RENEW = (
+    update(_jobs)
+    .where(_HELD)
+    .values(lease_expires_at=bindparam("v_expires"), update_time=_jobs.c.update_time)
+)
+_STILL_HELD = select(_jobs.c.id).where(_HELD)
+_RELEASE = (
+    update(_jobs)
+    .where(
+        _jobs.c.id == bindparam("w_id"),
+        _jobs.c.lease_epoch == bindparam("w_epoch"),
+        _jobs.c.lease_owner == bindparam("w_owner"),
+    )
+    .values(lease_expires_at=bindparam("v_now"), update_time=_jobs.c.update_time)
+)
+_CANCEL_REQUESTED = select(_jobs.c.id).where(
+    _jobs.c.id.in_(bindparam("w_ids", expanding=True)), _jobs.c.cancel_requested_at.is_not(None)
+)
+_STILL_PENDING = select(_jobs.c.id).where(
+    _jobs.c.id.in_(bindparam("w_ids", expanding=True)),
+    _jobs.c.status == int(JobStatus.PENDING),
+)
 
 
 def claim_pending(
@@ -103,24 +234,8 @@ def claim_pending(
         return []
     with engine.begin() as connection:
         candidates = connection.execute(
-            select(
-                _jobs.c.id,
-                _jobs.c.lease_epoch,
-                _jobs.c.spider_id,
-                _jobs.c.clp_config,
-                _jobs.c.cancel_requested_at,
-            )
-            .where(
-                _jobs.c.status == int(JobStatus.PENDING),
-                _jobs.c.spider_id.is_not(None)
-                if recorded_spider_id
-                else _jobs.c.spider_id.is_(None),
-                _claimable_by(owner, now),
-                *([_jobs.c.id.not_in(list(skip))] if skip else []),
-            )
-            .order_by(_jobs.c.id)
-            .limit(limit * 4 + 16)
-            .with_for_update(skip_locked=True)
+            _pending_candidates(recorded_spider_id, bool(skip)),
+            _candidate_parameters(owner, now, limit * 4 + 16, skip),
         ).all()
         ours: list[Any] = []  # the candidate rows accepted
         for row in candidates:
@@ -161,23 +276,7 @@ def take_over_in_flight(
         return []
     with engine.begin() as connection:
         candidates = connection.execute(
-            select(
-                _jobs.c.id,
-                _jobs.c.lease_epoch,
-                _jobs.c.status,
-                _jobs.c.spider_id,
-                _jobs.c.clp_config,
-                _jobs.c.committed_at,
-            )
-            .where(
-                _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES),
-                _jobs.c.spider_id.is_not(None),
-                _claimable_by(owner, now),
-                *([_jobs.c.id.not_in(list(skip))] if skip else []),
-            )
-            .order_by(_jobs.c.id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
+            _in_flight_candidates(bool(skip)), _candidate_parameters(owner, now, limit, skip)
         ).all()
         taken = _take_all(connection, candidates, owner, now + lease, dispatch_at=None)
         return [
@@ -213,20 +312,13 @@ def _take_all(
 ) -> set[int]:
     """Take the leases of ``rows`` (each with the ``id`` and ``lease_epoch`` read): each row is
     compared and set on the epoch it was read with; the ids taken."""
-    values: dict[str, object] = {
-        "lease_owner": owner,
-        "lease_expires_at": expires,
-        "lease_epoch": _jobs.c.lease_epoch + 1,
-        "update_time": _jobs.c.update_time,  # bookkeeping, not a change of the job
-    }
+    statement = _take(dispatch_at is not None)
+    values: dict[str, object] = {"v_owner": owner, "v_expires": expires}
     if dispatch_at is not None:
-        values["dispatch_time"] = func.coalesce(_jobs.c.dispatch_time, dispatch_at)
-        values["update_time"] = dispatch_at
+        values["v_dispatch"] = values["v_dispatch_update"] = dispatch_at
     taken: set[int] = set()
     for seen, ids in _by_epoch((row.id, row.lease_epoch) for row in rows):
-        matched = connection.execute(
-            update(_jobs).where(_jobs.c.id.in_(ids), _jobs.c.lease_epoch == seen).values(**values)
-        ).rowcount
+        matched = connection.execute(statement, {**values, "w_ids": ids, "w_seen": seen}).rowcount
         if matched == len(ids):
             taken.update(ids)
             continue
@@ -234,12 +326,8 @@ def _take_all(
         # epoch under this owner with this expiry (epochs only grow; the owner is exclusive).
         taken.update(
             connection.execute(
-                select(_jobs.c.id).where(
-                    _jobs.c.id.in_(ids),
-                    _jobs.c.lease_epoch == seen + 1,
-                    _jobs.c.lease_owner == owner,
-                    _jobs.c.lease_expires_at == expires,
-                )
+                _TAKEN_BY,
+                {"w_ids": ids, "w_epoch": seen + 1, "w_owner": owner, "w_expires": expires},
             ).scalars()
         )
     return taken
@@ -255,16 +343,10 @@ def renew(engine: Engine, leases: dict[int, int], *, owner: str, expires: dateti
     lost: set[int] = set()
     with engine.begin() as connection:
         for epoch, ids in _by_epoch(leases.items()):
-            held = and_(
-                _jobs.c.id.in_(ids), _jobs.c.lease_epoch == epoch, _jobs.c.lease_owner == owner
-            )
-            matched = connection.execute(
-                update(_jobs)
-                .where(held)
-                .values(lease_expires_at=expires, update_time=_jobs.c.update_time)
-            ).rowcount
+            held = {"w_ids": ids, "w_epoch": epoch, "w_owner": owner}
+            matched = connection.execute(_RENEW, {**held, "v_expires": expires}).rowcount
             if matched != len(ids):
-                still = set(connection.execute(select(_jobs.c.id).where(held)).scalars())
+                still = set(connection.execute(_STILL_HELD, held).scalars())
                 lost.update(job_id for job_id in ids if job_id not in still)
     return lost
 
@@ -281,15 +363,7 @@ def release_within(
     """``release`` in the caller's transaction (a terminal move releases its lease in its own)."""
     for job_id, epoch in leases.items():
         connection.execute(
-            update(_jobs)
-            .where(
-                and_(
-                    _jobs.c.id == job_id,
-                    _jobs.c.lease_epoch == epoch,
-                    _jobs.c.lease_owner == owner,
-                )
-            )
-            .values(lease_expires_at=now, update_time=_jobs.c.update_time)
+            _RELEASE, {"w_id": job_id, "w_epoch": epoch, "w_owner": owner, "v_now": now}
         )
 
 
@@ -312,11 +386,7 @@ def cancel_requests(engine: Engine, job_ids: Collection[int]) -> set[int]:
     if not job_ids:
         return set()
     with engine.connect() as connection:
-        rows = connection.execute(
-            select(_jobs.c.id).where(
-                _jobs.c.id.in_(list(job_ids)), _jobs.c.cancel_requested_at.is_not(None)
-            )
-        )
+        rows = connection.execute(_CANCEL_REQUESTED, {"w_ids": list(job_ids)})
         return {row.id for row in rows}
 
 
@@ -328,11 +398,6 @@ def still_pending(engine: Engine, job_ids: Collection[int]) -> set[int]:
     ids = sorted(job_ids)
     with engine.connect() as connection:
         for start in range(0, len(ids), 1000):
-            rows = connection.execute(
-                select(_jobs.c.id).where(
-                    _jobs.c.id.in_(ids[start : start + 1000]),
-                    _jobs.c.status == int(JobStatus.PENDING),
-                )
-            )
+            rows = connection.execute(_STILL_PENDING, {"w_ids": ids[start : start + 1000]})
             pending.update(row.id for row in rows)
     return pending

@@ -1,0 +1,169 @@
+"""What a submission no longer reads or builds again (issue 14): the letter-case check of a
+dataset seen registered under its name, a small job config's decoding, the guarded move's
+statement. Each saving keeps its check: an unregistered dataset is checked at every submission, a
+move still compares the row it names with that job's own values."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event, text
+
+from coordinator.config.clp import CompressionCoordinator
+from coordinator.job_config import (
+    DECODED_CACHE_BLOB_BYTES,
+    ClpIoConfig,
+    OutputConfig,
+    S3ObjectMetadataInputConfig,
+    UndecodableJobConfig,
+    decode_clp_io_config,
+    encode_clp_io_config,
+)
+from coordinator.lifecycle import Actor, JobStatus, Trigger, plan_transition
+from coordinator.service.prepare import JobRejected, prepare
+from coordinator.store import guarded
+from coordinator.store.datasets import register_dataset
+from coordinator.store.guarded import Applied, LostRace, TransitionRequest
+from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
+from coordinator.store.jobs import JobStore
+from coordinator.task_io import DefaultAuthentication
+
+BUCKET = "logs"
+PREFIX = "in/"
+
+
+def _blob(ingestion_job_id: int, ids: list[int], dataset: str, bucket: str = BUCKET) -> bytes:
+    return encode_clp_io_config(
+        ClpIoConfig(
+            input=S3ObjectMetadataInputConfig(
+                bucket=bucket,
+                key_prefix=PREFIX,
+                aws_authentication=DefaultAuthentication(),
+                ingestion_job_id=ingestion_job_id,
+                s3_object_metadata_ids=ids,
+                dataset=dataset,
+                unstructured=False,
+            ),
+            output=OutputConfig(
+                target_archive_size=256 * 1024 * 1024,
+                target_dictionaries_size=32 * 1024 * 1024,
+                target_encoded_file_size=256 * 1024 * 1024,
+                target_segment_size=256 * 1024 * 1024,
+                compression_level=3,
+            ),
+        )
+    )
+
+
+def _job_blob(engine: Engine, dataset: str) -> bytes:
+    """A job config naming one ingested object, as log-ingestor leaves it."""
+    written = ingest_and_submit(
+        engine,
+        S3ScannerJob(bucket=BUCKET, key_prefix=PREFIX, dataset=dataset),
+        [(BUCKET, f"{PREFIX}a.jsonl", 100)],
+        lambda ingestion_job, ids: _blob(ingestion_job, ids, dataset),
+    )
+    return _blob(written.ingestion_job_id, written.object_ids, dataset)
+
+
+@contextmanager
+def _letter_case_reads(engine: Engine) -> Iterator[list[str]]:
+    """The statements that read ``clp_datasets`` by ``lower(name)``, while the block runs."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "lower(" in statement.lower() and "clp_datasets" in statement:
+            seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def test_a_dataset_seen_registered_under_its_name_is_not_checked_again(
+    migrated_engine: Engine,
+) -> None:
+    with migrated_engine.begin() as connection:
+        register_dataset(connection, "web", "/archives/web")
+    remembered: set[str] = set()
+    blob = _job_blob(migrated_engine, "web")
+    settings = CompressionCoordinator()
+    with _letter_case_reads(migrated_engine) as reads:
+        prepare(migrated_engine, blob, settings, registered_as_named=remembered)
+    assert len(reads) == 1
+    assert remembered == {"web"}
+    with _letter_case_reads(migrated_engine) as reads:
+        prepared = prepare(migrated_engine, blob, settings, registered_as_named=remembered)
+    assert reads == []
+    assert prepared.dataset == "web"
+
+
+def test_an_unregistered_dataset_is_checked_at_every_submission(migrated_engine: Engine) -> None:
+    remembered: set[str] = set()
+    settings = CompressionCoordinator()
+    blob = _job_blob(migrated_engine, "web")
+    prepare(migrated_engine, blob, settings, registered_as_named=remembered)
+    assert remembered == set()  # no row yet: nothing is known about other cases
+    with migrated_engine.begin() as connection:  # CLP registers another case meanwhile
+        connection.execute(text("INSERT INTO clp_datasets VALUES ('Web', '/archives/Web')"))
+    with pytest.raises(JobRejected, match="registered dataset 'Web' differs only in letter case"):
+        prepare(migrated_engine, blob, settings, registered_as_named=remembered)
+    assert remembered == set()
+
+
+def test_a_small_config_is_decoded_once_and_a_large_one_every_time() -> None:
+    small = _blob(7, [1, 2, 3], "web")
+    assert len(small) <= DECODED_CACHE_BLOB_BYTES
+    assert decode_clp_io_config(small) is decode_clp_io_config(bytes(bytearray(small)))
+    large = _blob(7, random.Random(0).sample(range(2**40), 1000), "web")  # ids zstd cannot shrink
+    assert len(large) > DECODED_CACHE_BLOB_BYTES
+    first, second = decode_clp_io_config(large), decode_clp_io_config(large)
+    assert first == second and first is not second
+
+
+def test_an_undecodable_config_fails_at_every_decoding() -> None:
+    for _ in range(2):
+        with pytest.raises(UndecodableJobConfig):
+            decode_clp_io_config(b"not a zstd frame")
+
+
+def _submitted(job_id: int, spider_id: int, fence: int) -> TransitionRequest:
+    return TransitionRequest(
+        job_id,
+        Trigger.SUBMITTED,
+        JobStatus.PENDING,
+        JobStatus.RUNNING,
+        Actor.COORDINATOR,
+        reason="test",
+        spider_id=spider_id,
+        num_tasks=1,
+        fence=fence,
+        unless_cancel_requested=True,
+    )
+
+
+def test_moves_of_two_jobs_share_one_statement_and_each_keeps_its_own_values(
+    store: JobStore,
+) -> None:
+    edge = plan_transition(
+        Trigger.SUBMITTED, JobStatus.PENDING, JobStatus.RUNNING, Actor.COORDINATOR
+    )
+    assert guarded._guarded_update(edge, True, True) is guarded._guarded_update(edge, True, True)
+    first, second, third = (store.create_job(b"x") for _ in range(3))
+    assert isinstance(store.transition(_submitted(first, 71, fence=0)), Applied)
+    assert isinstance(store.transition(_submitted(second, 72, fence=0)), Applied)
+    lost = store.transition(_submitted(third, 73, fence=5))  # the row's epoch is 0
+    assert isinstance(lost, LostRace) and lost.lease_epoch == 0
+    rows = {job_id: store.get(job_id) for job_id in (first, second, third)}
+    assert {job_id: (row.status, row.spider_id) for job_id, row in rows.items() if row} == {
+        first: (int(JobStatus.RUNNING), 71),
+        second: (int(JobStatus.RUNNING), 72),
+        third: (int(JobStatus.PENDING), None),
+    }
+    assert [(h.job_id, h.spider_id) for h in store.history(second)] == [(second, 72)]
