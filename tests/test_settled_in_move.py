@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -20,16 +21,18 @@ from sqlalchemy.exc import OperationalError
 
 from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.clp import CompressionCoordinator
-from coordinator.lifecycle import JobStatus, Outcome, reaction_to
+from coordinator.lifecycle import Actor, JobStatus, Outcome, reaction_to
 from coordinator.service.driven import DrivenJob, Loop
-from coordinator.service.outcomes import OutcomeHandler
-from coordinator.spider.port import SpiderPort
+from coordinator.service.outcomes import Ended, OutcomeHandler
+from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.archives import publish_archives
+from coordinator.store.datasets import archives_table
+from coordinator.store.guarded import Applied
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CompressionJob, JobTransition
 from coordinator.store.stored_archives import record_stored_archive, stored_archives_of_job
 from coordinator.task_io import ArchiveMetadata
-from tests.paths import SPIDER_ID, new_job_in, stored_record
+from tests.paths import SPIDER_ID, new_job_in, request, stored_record
 
 DATASET = "web"
 OWNER = "settling-test"
@@ -42,12 +45,27 @@ class _NoSpider:
     """The moves under test never call Spider."""
 
 
-def _committed_job(store: JobStore, directory: Path) -> tuple[int, Path, Path]:
-    """A Committed job leased to ``OWNER`` with one published archive and a duplicate instance's
-    unpublished one, both recorded ``stored`` with their files; the job and the two files."""
-    job_id = new_job_in(store, JobStatus.RUNNING)
+def _committed_job(
+    store: JobStore, directory: Path, spider_id: int = SPIDER_ID
+) -> tuple[int, Path, Path]:
+    """A Committed job of Spider job ``spider_id`` leased to ``OWNER`` with one published archive
+    and a duplicate instance's unpublished one, both recorded ``stored`` with their files; the
+    job and the two files."""
+    job_id = store.create_job(b"clp-config")
+    submitted = store.transition(
+        request(
+            job_id,
+            "submitted",
+            JobStatus.PENDING,
+            JobStatus.RUNNING,
+            Actor.COORDINATOR,
+            spider_id=spider_id,
+        )
+    )
+    assert isinstance(submitted, Applied)
     files = []
-    for archive_id, instance in (("published-archive", 1), ("duplicate-archive", 2)):
+    for name, instance in (("published", 1), ("duplicate", 2)):
+        archive_id = f"{name}-archive-{spider_id}"
         path = directory / DATASET / archive_id
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"archive")
@@ -55,16 +73,16 @@ def _committed_job(store: JobStore, directory: Path) -> tuple[int, Path, Path]:
             DATASET, archive_id, job_id, instance_id=instance, location=str(path), size=7
         )
         with store.engine.begin() as connection:
-            record_stored_archive(connection, record)
+            record_stored_archive(connection, replace(record, spider_job_id=spider_id))
         files.append(path)
     publish_archives(
         store,
-        spider_job_id=SPIDER_ID,
+        spider_job_id=spider_id,
         dataset=DATASET,
         archive_storage_directory=str(directory / DATASET),
         archives=[
             ArchiveMetadata(
-                id="published-archive",
+                id=f"published-archive-{spider_id}",
                 begin_timestamp=1,
                 end_timestamp=2,
                 size=7,
@@ -91,8 +109,8 @@ def _loop(store: JobStore) -> Loop:
     )
 
 
-def _driven(job_id: int) -> DrivenJob:
-    return DrivenJob(job_id, EPOCH, JobStatus.COMMITTED, SPIDER_ID, DATASET, b"", backoff_ms=100)
+def _driven(job_id: int, spider_id: int = SPIDER_ID) -> DrivenJob:
+    return DrivenJob(job_id, EPOCH, JobStatus.COMMITTED, spider_id, DATASET, b"", backoff_ms=100)
 
 
 def _states(engine: Engine, job_id: int) -> dict[str, str]:
@@ -125,8 +143,8 @@ def test_finalising_settles_the_records_in_the_moves_own_transaction(
     assert store.state(job_id) is JobStatus.SUCCEEDED
     assert len(commits) == 1  # the move, its lease release and the settlement together
     assert _states(migrated_engine, job_id) == {
-        "published-archive": "published",
-        "duplicate-archive": "removing",  # claimed before its file is touched
+        f"published-archive-{SPIDER_ID}": "published",
+        f"duplicate-archive-{SPIDER_ID}": "removing",  # claimed before its file is touched
     }
     assert job.settled is not None
     assert duplicate.is_file()  # files only after the commit
@@ -134,7 +152,7 @@ def test_finalising_settles_the_records_in_the_moves_own_transaction(
     OutcomeHandler(loop, archive_output=output).clean_up(job)
 
     assert not duplicate.exists() and published.is_file()
-    assert _states(migrated_engine, job_id) == {"published-archive": "published"}
+    assert _states(migrated_engine, job_id) == {f"published-archive-{SPIDER_ID}": "published"}
 
 
 def test_a_failed_settlement_never_costs_the_job_its_move(
@@ -153,11 +171,11 @@ def test_a_failed_settlement_never_costs_the_job_its_move(
     assert store.state(job_id) is JobStatus.SUCCEEDED
     assert job.settled is None
     assert _states(migrated_engine, job_id) == {
-        "published-archive": "stored",
-        "duplicate-archive": "stored",
+        f"published-archive-{SPIDER_ID}": "stored",
+        f"duplicate-archive-{SPIDER_ID}": "stored",
     }
     OutcomeHandler(loop, archive_output=output).clean_up(job)  # settled after the move instead
-    assert _states(migrated_engine, job_id) == {"published-archive": "published"}
+    assert _states(migrated_engine, job_id) == {f"published-archive-{SPIDER_ID}": "published"}
     assert not duplicate.exists() and published.is_file()
 
 
@@ -189,8 +207,8 @@ def test_an_outage_in_the_settlement_rolls_the_whole_move_back(
     assert (row.lease_owner, row.lease_epoch) == (OWNER, EPOCH)  # still held: retried next tick
     assert finalised == []
     assert _states(migrated_engine, job_id) == {
-        "published-archive": "stored",
-        "duplicate-archive": "stored",
+        f"published-archive-{SPIDER_ID}": "stored",
+        f"duplicate-archive-{SPIDER_ID}": "stored",
     }
 
 
@@ -213,3 +231,41 @@ def test_a_dataset_whose_archives_table_is_missing_has_nothing_published(
     with migrated_engine.connect() as connection:
         message = connection.execute(select(_jobs.c.status_msg).where(_jobs.c.id == job_id))
         assert "none of its archives is published" in message.scalar_one()
+
+
+def test_the_jobs_spider_ended_together_are_finalised_in_one_transaction(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path, commits: list[int]
+) -> None:
+    """Each finalisation stays its own guarded move: one job's gap or lost race leaves the
+    others' moves alone, and the job with a gap ends by ``unpublished``."""
+    output = FsArchiveOutput(directory=tmp_path / "archives")
+    first, second, gap, raced = (
+        _committed_job(store, output.directory, spider_id)[0] for spider_id in (11, 12, 13, 14)
+    )
+    with migrated_engine.begin() as connection:
+        archives = archives_table(DATASET)
+        connection.execute(archives.delete().where(archives.c.creator_id == "13"))
+        connection.execute(update(_jobs).where(_jobs.c.id == raced).values(lease_epoch=EPOCH + 1))
+    loop = _loop(store)
+    jobs = {
+        job_id: _driven(job_id, spider_id)
+        for job_id, spider_id in ((first, 11), (second, 12), (gap, 13), (raced, 14))
+    }
+    loop.driven.update(jobs)
+    reaction = reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED)
+    commits.clear()
+
+    gaps = loop.finalise([(job, reaction) for job in jobs.values()])
+
+    assert len(commits) == 1
+    assert [(job.job_id, text) for job, text in gaps] == [
+        (gap, "none of its archives is published")
+    ]
+    assert store.state(first) is store.state(second) is JobStatus.SUCCEEDED
+    assert store.state(gap) is store.state(raced) is JobStatus.COMMITTED
+    assert set(loop.driven) == {gap}  # the raced job is another coordinator's now
+    for job_id, spider_id in ((first, 11), (second, 12)):
+        assert _states(migrated_engine, job_id)[f"published-archive-{spider_id}"] == "published"
+
+    OutcomeHandler(loop, archive_output=output).conclude([Ended(jobs[gap], JobState.SUCCEEDED)])
+    assert store.state(gap) is JobStatus.FAILED

@@ -7,11 +7,14 @@ Each ``tick`` calls, in this order:
 2. the **cancel server** (``cancels.py``): serve operators' persisted cancel requests;
 3. the lease keeper again: **claim** up to ``max_concurrent_jobs`` minus the jobs already driven;
 4. for each driven job that is due: the **submitter** (``submitter.py``) for a Pending job
-   (prepare, register, record, start, state first), the **outcome handler** (``outcomes.py``) for
-   an in-flight one (poll, react by ``coordinator.lifecycle.reactions``, roll back, clean up);
-   in-flight jobs are polled up to ``ADVANCE_CONCURRENCY`` at once, beside the submissions (in
-   claim order), each job by one thread at a time, all ended with the tick;
-5. the outcome handler's periodic **sweep** of ended jobs' archives.
+   (prepare, register, record, start, state first), the **outcome handler** (``outcomes.py``)
+   polls an in-flight one; in-flight jobs are polled up to ``ADVANCE_CONCURRENCY`` at once,
+   beside the submissions (in claim order), each job by one thread at a time, all ended with
+   the tick;
+5. the outcome handler **concludes** the jobs Spider ended, together: their rows read in one
+   query, the reactions of ``coordinator.lifecycle.reactions``, the finalising moves in one
+   transaction (each its own guarded move), the others alone (roll back, clean up);
+6. the outcome handler's periodic **sweep** of ended jobs' archives.
 
 The parts share one ``Loop`` (``driven.py``), through which every move goes: the edge's guarded
 transition, fenced by the lease.
@@ -43,6 +46,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
+from typing import TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -55,7 +60,7 @@ from coordinator.service.cancels import CancelServer
 from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.lease_keeper import LeaseKeeper
 from coordinator.service.logs import LOOP_LOGGER
-from coordinator.service.outcomes import OutcomeHandler
+from coordinator.service.outcomes import Ended, OutcomeHandler
 from coordinator.service.resource_group import ResourceGroup
 from coordinator.service.submitter import Submitter
 from coordinator.spider.port import SpiderPort
@@ -64,6 +69,8 @@ from coordinator.store.jobs import JobStore
 from coordinator.store.outage import Outage
 
 _log = logging.getLogger(LOOP_LOGGER)
+
+_T = TypeVar("_T")
 
 MAX_ATTEMPT_BACKOFF_SECS = 60.0
 ADVANCE_CONCURRENCY = 4
@@ -243,25 +250,23 @@ class Coordinator:
         ]
         # In-flight jobs are polled by the pool (``ADVANCE_CONCURRENCY`` at once) while this
         # thread submits the Pending ones in claim order (Spider ids follow the claims): one job's
-        # database and Spider round trips do not wait for another's, and each job is advanced by
-        # one thread. Every advance ends before the tick does (a transient error included): the
-        # next tick never advances a job that a thread of this one still advances.
+        # Spider round trips do not wait for another's, and each job is polled by one thread.
+        # Every poll ends before the tick goes on (a transient error included); the jobs Spider
+        # ended are then concluded together by this thread (one finalising transaction).
         pending = [job for job in jobs if job.status is JobStatus.PENDING]
         polled = [job for job in jobs if job.status is not JobStatus.PENDING]
         if polled and self._advancing is None:
             self._advancing = ThreadPoolExecutor(ADVANCE_CONCURRENCY, thread_name_prefix="advance")
         pool = self._advancing
-        futures = (
-            [] if pool is None else [pool.submit(self._advance_guarded, job) for job in polled]
-        )
+        futures = [] if pool is None else [pool.submit(self._poll_guarded, job) for job in polled]
         try:
             for job in pending:
                 self._advance_guarded(job)
         finally:
             wait(futures)
-        for job, future in zip(polled, futures, strict=True):
-            if future.result():  # raises the outage, which makes the whole tick wait
-                report.concluded.append(job.job_id)
+        ended = [item for future in futures if (item := future.result()) is not None]
+        self._conclude(ended)
+        report.concluded.extend(item.job.job_id for item in ended)
         if self.outcomes.sweep_due():
             self.leases.forget_claimed_foreign_jobs()
             self.outcomes.sweep()
@@ -292,12 +297,43 @@ class Coordinator:
         self._phase_failures = 0
         return result
 
-    def _advance_guarded(self, job: DrivenJob) -> bool:
-        """``_advance``; an error that is not an outage counts as a failed attempt of the job."""
-        if self.stopping.is_set() and job.status is JobStatus.PENDING:
-            return False  # stopping: submit nothing more
+    def _advance_guarded(self, job: DrivenJob) -> None:
+        """Submit a Pending ``job`` when it is due; an error that is not an outage counts as a
+        failed attempt of the job."""
+        if self.stopping.is_set():
+            return  # stopping: submit nothing more
+        if self.loop.monotonic() >= job.retry_submit_at:
+            self._guarded(job, lambda: self.submitter.submit(job))
+
+    def _poll_guarded(self, job: DrivenJob) -> Ended | None:
+        """Poll an in-flight ``job`` when it is due (on a pool thread); Spider's final word."""
+        if self.loop.monotonic() < job.next_poll:
+            return None
+        return self._guarded(job, lambda: self.outcomes.poll(job))
+
+    def _conclude(self, ended: list[Ended]) -> None:
+        """Conclude the jobs Spider ended, together; when that fails for a reason that is not an
+        outage, each alone, so that the error counts against the job it belongs to."""
+        if not ended:
+            return
         try:
-            return self._advance(job)
+            self.outcomes.conclude(ended)
+        except SQLAlchemyError as error:
+            if is_transient(error):
+                raise  # the database is down: the whole tick waits
+            self._conclude_each(ended)
+        except Exception:
+            self._conclude_each(ended)
+
+    def _conclude_each(self, ended: list[Ended]) -> None:
+        for item in ended:
+            if item.job.job_id in self.driven:  # not concluded before the failure
+                self._guarded(item.job, partial(self.outcomes.conclude, [item]))
+
+    def _guarded(self, job: DrivenJob, step: Callable[[], _T]) -> _T | None:
+        """``step()``; an error that is not an outage counts as a failed attempt of the job."""
+        try:
+            return step()
         except SQLAlchemyError as error:
             if is_transient(error):
                 raise  # the database is down: the whole tick waits
@@ -307,16 +343,7 @@ class Coordinator:
             # if it keeps failing, ends Failed.
             _log.exception("unexpected error", extra=job.log())
             self._attempt_failed(job, f"unexpected error: {type(error).__name__}: {error}")
-        return False
-
-    def _advance(self, job: DrivenJob) -> bool:
-        """Submit or poll ``job`` when it is due; whether it concluded."""
-        now = self.loop.monotonic()
-        if job.status is JobStatus.PENDING:
-            if now >= job.retry_submit_at:
-                self.submitter.submit(job)
-            return False
-        return now >= job.next_poll and self.outcomes.poll(job)
+        return None
 
     def _pause(self, interval: float) -> float:
         polls = [

@@ -17,7 +17,7 @@ the next tick retries.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine
@@ -39,7 +39,13 @@ from coordinator.store import leases
 from coordinator.store.archives import withdraw_archives
 from coordinator.store.database import is_transient
 from coordinator.store.evidence import PublicationEvidence, publication_gap, read_publication
-from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
+from coordinator.store.guarded import (
+    Applied,
+    LostRace,
+    TransitionRequest,
+    TransitionResult,
+    validate_request,
+)
 from coordinator.store.jobs import Effects, JobStore
 
 _log = logging.getLogger(LOOP_LOGGER)
@@ -125,20 +131,75 @@ class Loop:
         """
         if target.is_terminal:
             effects = self._ending(job, effects, settling or _Settling(job))
-        result = self.store.transition(
-            TransitionRequest(
-                job.job_id,
-                trigger,
-                job.status,
-                target,
-                Actor.COORDINATOR,
-                reason=reason,
-                actor_id=self.instance_id,
-                spider_id=job.spider_id,
-                fence=job.epoch,
-            ),
-            effects=effects,
+        result = self.store.transition(self._request(job, trigger, target, reason), effects=effects)
+        self._moved(job, trigger, target, reason, result)
+        return result
+
+    def finalise(self, jobs: Sequence[tuple[DrivenJob, Reaction]]) -> list[tuple[DrivenJob, str]]:
+        """Take each job's move on evidence (``reaction.on_evidence``: Committed → Succeeded), all
+        in one transaction; the jobs whose publication has a gap, with what is missing.
+
+        Each job's evidence is read first and its move taken only without a gap: its own guarded
+        transition fenced by its lease, with its history row, lease release and settlement (as
+        ``move`` takes it), so one job's gap or lost race leaves the others' moves alone. Every
+        job is no longer driven afterwards, except those returned (the caller reacts to their gap).
+        Raises what ``JobStore.apply`` raises, and the evidence's errors: the whole transaction is
+        then rolled back and no job has moved.
+        """
+        if not jobs:
+            return []
+        moves = []
+        for job, reaction in jobs:
+            assert reaction.on_evidence and reaction.trigger and reaction.target
+            message = reaction.status_msg(spider_id=job.spider_id)
+            request = self._request(job, reaction.trigger, reaction.target, message)
+            validate_request(request)  # before BEGIN: a refused request must not take a lock
+            moves.append((job, request))
+        gaps: list[tuple[DrivenJob, str]] = []
+        results: list[tuple[DrivenJob, TransitionRequest, TransitionResult]] = []
+        with self.engine.begin() as connection:
+            for job, request in moves:
+                publication = read_publication(connection, job.job_id, job.spider_id)
+                gap = publication_gap(connection, job.job_id, job.spider_id, publication)
+                if gap is not None:
+                    gaps.append((job, gap))
+                    continue
+                result = self.store.apply(connection, request)
+                if isinstance(result, Applied):
+                    self._ending(job, None, _Settling(job, publication))(connection, result)
+                results.append((job, request, result))
+        for job, request, result in results:
+            if isinstance(result, Applied):
+                metrics.TRANSITIONS.labels(request.trigger.value, request.actor.value).inc()
+            self._moved(job, request.trigger, request.target, request.reason, result)
+        return gaps
+
+    def _request(
+        self, job: DrivenJob, trigger: Trigger, target: JobStatus, reason: str
+    ) -> TransitionRequest:
+        """The move of ``job`` from its known state, fenced by its lease, by this coordinator."""
+        return TransitionRequest(
+            job.job_id,
+            trigger,
+            job.status,
+            target,
+            Actor.COORDINATOR,
+            reason=reason,
+            actor_id=self.instance_id,
+            spider_id=job.spider_id,
+            fence=job.epoch,
         )
+
+    def _moved(
+        self,
+        job: DrivenJob,
+        trigger: Trigger,
+        target: JobStatus,
+        reason: str,
+        result: TransitionResult,
+    ) -> None:
+        """After a move's transaction: the job's new state, the log line, and whether it is still
+        driven (not after a terminal move or a lost race)."""
         if isinstance(result, Applied):
             job.status = target
             _log.info("%s → %s: %s", trigger, target.label, reason, extra=job.log())
@@ -146,7 +207,6 @@ class Loop:
             _log.info("lost a race: %s", result.describe(), extra=job.log())
         if target.is_terminal or not isinstance(result, Applied):
             self.driven.pop(job.job_id, None)
-        return result
 
     def _ending(self, job: DrivenJob, effects: Effects | None, settling: _Settling) -> Effects:
         """``effects``, then the release of ``job``'s lease and the settlement of its archive

@@ -14,12 +14,22 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.archive_storage import ArchiveOutputSettings
-from coordinator.lifecycle import GIVING_UP, IN_FLIGHT_STATUSES, JobStatus, Outcome, reaction_to
+from coordinator.lifecycle import (
+    GIVING_UP,
+    IN_FLIGHT_STATUSES,
+    UNPUBLISHED,
+    JobStatus,
+    Outcome,
+    Reaction,
+    reaction_to,
+)
 from coordinator.service import crashpoints
 from coordinator.service.cleanup import (
     RECONCILE_INTERVAL_SECS,
@@ -45,6 +55,16 @@ _log = logging.getLogger(LOOP_LOGGER)
 
 SWEEP_INTERVAL_SECS = 60.0
 
+
+@dataclass(frozen=True)
+class Ended:
+    """Spider's final word on a polled job: its terminal state, ``None`` when Spider no longer
+    knows the job."""
+
+    job: DrivenJob
+    state: JobState | None
+
+
 _OUTCOMES = {
     JobState.SUCCEEDED: Outcome.SUCCEEDED,
     JobState.FAILED: Outcome.FAILED,
@@ -67,11 +87,11 @@ class OutcomeHandler:
         self._next_reconcile: float | None = None
         self._reconciler: threading.Thread | None = None
 
-    def poll(self, job: DrivenJob) -> bool:
-        """Poll one in-flight job; whether it concluded (and is no longer driven).
+    def poll(self, job: DrivenJob) -> Ended | None:
+        """Poll one in-flight job; Spider's final word when it has one (``conclude`` it next).
 
-        A Spider error is not an outcome: the job backs off and is polled again. Raises the
-        driver's errors when the database fails while concluding.
+        A Spider error is not an outcome: the job backs off and is polled again. Safe on any
+        thread (the tick polls in a pool); raises nothing but a bug.
         """
         assert job.spider_id is not None
         try:
@@ -81,20 +101,18 @@ class OutcomeHandler:
         except SpiderError as error:
             _log.warning("Spider unavailable: %s", error, extra=job.log())
             self._back_off(job)
-            return False
+            return None
         if state is JobState.READY:
             try:
                 start_if_ready(self.loop.spider, job.spider_id)
             except SpiderError as error:
                 _log.warning("StartJob failed: %s", error, extra=job.log())
             self._back_off(job)
-            return False
+            return None
         if state is not None and not state.is_terminal:
             self._back_off(job)
-            return False
-        crashpoints.crashpoint("finalising")
-        self._conclude(job, state)
-        return True
+            return None
+        return Ended(job, state)
 
     def _back_off(self, job: DrivenJob) -> None:
         job.next_poll = self.loop.monotonic() + job.backoff_ms / 1000
@@ -102,21 +120,44 @@ class OutcomeHandler:
             job.backoff_ms * 2, self.loop.settings.result_polling.max_backoff_millisecs
         )
 
-    def _conclude(self, job: DrivenJob, state: JobState | None) -> None:
-        try:
-            current = self.loop.store.state(job.job_id)  # two columns, no ORM session
-        except ValueError:
-            current = None  # a status no one defines: another writer's, left as it is
-        if current is None:
-            self.loop.driven.pop(job.job_id, None)  # gone, or a status no one defines: left alone
-        else:
+    def conclude(self, ended: Sequence[Ended]) -> None:
+        """React to Spider's final word on each of ``ended``, from the rows read in one query, and
+        settle their archives; none of them is driven afterwards.
+
+        The finalising moves (Committed → Succeeded, the common end) are made in one transaction
+        (``Loop.finalise``), each still its own guarded move with its evidence, lease release,
+        history row and settlement; every other reaction, and a finalisation whose evidence has a
+        gap, is made on its own. Raises the driver's errors and a job's own failure (the caller
+        then concludes each job alone, to tell which one failed); a finalising transaction that
+        fails leaves every job of it as it was.
+        """
+        if not ended:
+            return
+        crashpoints.crashpoint("finalising")
+        rows = self.loop.store.states([item.job.job_id for item in ended])
+        finalising: list[tuple[DrivenJob, Reaction]] = []
+        alone: list[tuple[DrivenJob, Reaction, Outcome]] = []
+        for item in ended:
+            job, current = item.job, rows.get(item.job.job_id)
+            if current is None:  # gone, or a status no one defines: left alone
+                self.loop.driven.pop(job.job_id, None)
+                continue
             job.status = current
-            outcome = self._outcome(job, state)
+            outcome = self._outcome(job, item.state)
             reaction = reaction_to(outcome, current)
+            if reaction.on_evidence:
+                finalising.append((job, reaction))
+            else:
+                alone.append((job, reaction, outcome))
+        for job, gap in self.loop.finalise(finalising):
+            _log.warning("not finalised: %s", gap, extra=job.log())
+            self.loop.react(job, UNPUBLISHED, error=gap)
+        for job, reaction, outcome in alone:
             moves = reaction.trigger is not None
             error = self._spider_error(job) if moves and outcome is Outcome.FAILED else ""
             self.loop.react(job, reaction, error=error)
-        self.clean_up(job)
+        for item in ended:
+            self.clean_up(item.job)
 
     def _outcome(self, job: DrivenJob, state: JobState | None) -> Outcome:
         if state is None:
