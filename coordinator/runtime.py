@@ -54,7 +54,6 @@ from coordinator.job_config import (
 )
 from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator, default_instance_id
-from coordinator.service.monitoring import MonitoringServer, start_monitoring
 from coordinator.spider.measured import MeasuredSpider
 from coordinator.spider.port import SpiderPort
 from coordinator.store.instances import COORDINATOR, InstanceInUse, Presence
@@ -64,6 +63,7 @@ from coordinator.store.schema import CompressionJob
 from coordinator.task_io import AwsCredentials, CredentialsAuthentication, DefaultAuthentication
 
 if TYPE_CHECKING:
+    from coordinator.service.monitoring import MonitoringServer
     from coordinator.spider.grpc.client import GrpcSpider
 
 _log = logging.getLogger(__name__)
@@ -301,6 +301,9 @@ def open_runtime(
         config, engine, JobStore(engine), spider, coordinator, embedded, client, presence
     )
     if config.extras.metrics_port is not None:
+        # Only with a metrics port (start-up time of the embedded default, issue 14).
+        from coordinator.service.monitoring import start_monitoring  # noqa: PLC0415
+
         try:
             runtime.monitor = start_monitoring(config, engine, coordinator)
         except OSError as error:

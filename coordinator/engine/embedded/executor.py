@@ -141,8 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.dup2(2, 1)  # whatever tasks print goes to stderr, never into the reply stream
     sys.stdout = sys.stderr
     executor = Executor(packages)
-    # Ready: imports are done. The manager waits for this before the first assignment, so that a
-    # task's hard timeout never counts the executor's start-up.
+    # Ready: imports are done. The manager waits for this before it sends the instance that made
+    # it start this executor, so that a task's hard timeout never counts the executor's start-up.
     write_message(replies, Reply())
     while (request := read_request(sys.stdin.buffer)) is not None:
         write_message(replies, executor.run(request))
