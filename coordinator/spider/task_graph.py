@@ -44,6 +44,7 @@ The embedded engine and ``coordinator spider serve`` run this package's cleanup
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -274,13 +275,20 @@ def decode_task_graph(compressed: bytes) -> TaskGraph:
     return graph
 
 
+_decoded_graph = functools.lru_cache(maxsize=32)(decode_task_graph)
+"""``decode_task_graph`` for RegisterJob, remembered per payload: a coordinator sends the same graph
+for every job of one shape (only the inputs differ), and parsing it was about a quarter of the
+embedded engine's CPU per registration. A refused graph raises every time (exceptions are not
+cached). The graphs returned are shared: callers must not modify them."""
+
+
 def decode_job_submission(compressed_graph: bytes, compressed_inputs: bytes) -> JobSubmission:
     """Both RegisterJob payloads, checked against each other as Spider does.
 
     Raises ``InvalidTaskGraph`` for a bad graph, undecodable inputs, or an input count that differs
     from the graph's ("task graph input size mismatch").
     """
-    graph = decode_task_graph(compressed_graph)
+    graph = _decoded_graph(compressed_graph)
     try:
         inputs = decode_job_inputs(compressed_inputs)
     except InvalidFrame as error:

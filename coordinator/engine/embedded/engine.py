@@ -52,7 +52,18 @@ What it reproduces:
   id is above the engine's own largest id *and* every Spider job id ``compression_jobs.spider_id``
   and ``compression_stored_archives.spider_job_id`` hold. It is written explicitly; two engines
   sharing a database that pick the same id collide on the primary key and the loser picks again
-  (``register_job``).
+  (``register_job``). CLP's two columns are read at the engine's first registration, not at every
+  one (``_IdChooser``): an id they receive later is one a RegisterJob answered (the ``submitted``
+  move records it, a compress instance of that job its archives), so an engine sharing the
+  database chose it, and its row in ``spider_engine_jobs``, which no engine deletes, keeps the
+  engine table's largest id at or above it. Two cases escape that argument. A reset of the
+  engine's table while the engine runs deletes such rows: the engine notices it at its next
+  registration (the table's smallest id changed, or its largest is below an id this engine
+  stored) and reads CLP's columns again. An id another engine chose before the reset and that is
+  recorded only after that read can still be reused (reading the columns at every registration
+  narrowed that window without closing it). And a coordinator on another footing (a Spider
+  cluster) recording ids in the same database at the same time chooses them without reading
+  this engine's, so no reading on this side could keep the two apart.
 * **Scratch directories** of killed instances (``coordinator.engine.tasks.scratch``): an instance
   holds a lock on its scratch directory in the staging directory while it runs. When an execution
   manager has reaped the executor of an instance it killed (hard timeout, ``close``) or that
@@ -109,6 +120,7 @@ from sqlalchemy import (
     Row,
     Table,
     and_,
+    bindparam,
     exists,
     func,
     insert,
@@ -176,6 +188,31 @@ _compression_jobs = cast(Table, CompressionJob.__table__)
 _stored_archives = cast(Table, StoredArchive.__table__)
 
 _UNFINISHED = [STATE_NAMES[s] for s in STATE_NAMES if not s.is_terminal]
+
+# The per-job statements, built once: SQLAlchemy memoizes a statement's cache key on the object, so
+# executing these skips both building the expression and computing its key (building the UPDATE at
+# every call was a quarter of ``_set_state``'s CPU).
+_SET_STATE = update(_jobs_table).where(
+    _jobs_table.c.id == bindparam("w_id"),
+    _jobs_table.c.owner == bindparam("w_owner"),
+    _jobs_table.c.state == bindparam("w_state"),
+)
+"""``_set_state``'s compare-and-set; the SET clause is the columns its parameters name."""
+_INSERT_JOB = insert(_jobs_table)
+_GROUP_AND_IDS = select(
+    select(_groups_table.c.id)
+    .where(_groups_table.c.id == bindparam("group_id"))
+    .scalar_subquery()
+    .label("group_id"),
+    select(func.min(_jobs_table.c.id)).scalar_subquery().label("lowest"),
+    select(func.max(_jobs_table.c.id)).scalar_subquery().label("highest"),
+)
+"""RegisterJob's read: whether the resource group exists, and the engine table's id range."""
+_CLP_HIGHEST_IDS = select(
+    select(func.max(_compression_jobs.c.spider_id)).scalar_subquery().label("jobs"),
+    select(func.max(_stored_archives.c.spider_job_id)).scalar_subquery().label("archives"),
+)
+"""The largest Spider job ids CLP's tables record (``_IdChooser``)."""
 _FIRST_BACKOFF_SECS = 0.1
 _MAX_BACKOFF_SECS = 5.0
 """A write that meets an outage (``is_transient``) is tried again after these pauses, doubling."""
@@ -299,7 +336,10 @@ class EmbeddedSpider:
         # does not know yet, and the insert does not hold the condition, so execution managers
         # take assignments and report while a registration waits for the database.
         self._registering = threading.Lock()
+        self._ids = _IdChooser()
         self._jobs: dict[int, _Job] = {}
+        self._terminated: deque[_Job] = deque()
+        """The jobs that ended in memory, in the order they ended (``_evict_terminated``)."""
         self._regular_lane: deque[tuple[int, str, bool]] = deque()
         self._termination_lane: deque[tuple[int, str, bool]] = deque()
         self._faults: list[Fault] = []
@@ -480,30 +520,35 @@ class EmbeddedSpider:
         knows nothing of the ids CLP's Rust coordinator recorded). Two engines choosing the same id
         at once collide on the primary key (MariaDB blocks the second insert until the first
         commits, then refuses it; SQLite's ``BEGIN IMMEDIATE`` serialises them anyway): the loser
-        chooses again in a new transaction, which sees the winner's row.
+        chooses again in a new transaction, which sees the winner's row. Raises
+        ``Unauthenticated`` for an unknown resource group, ``ServerError`` when every attempt
+        collided, and the database's other errors (nothing stored, unless the database went away
+        during the commit).
         """
         for _ in range(_ID_ATTEMPTS):
             now = utc_now()
             try:
                 with self._db.begin() as connection:
-                    group = connection.execute(
-                        select(_groups_table.c.id).where(_groups_table.c.id == resource_group_id)
-                    ).first()
-                    if group is None:
+                    found = connection.execute(
+                        _GROUP_AND_IDS, {"group_id": resource_group_id}
+                    ).one()
+                    if found.group_id is None:
                         raise Unauthenticated("invalid resource group")
-                    job_id = _next_job_id(connection)
+                    job_id = self._ids.choose(connection, found.lowest, found.highest)
                     connection.execute(
-                        insert(_jobs_table).values(
-                            id=job_id,
-                            resource_group_id=resource_group_id,
-                            state=STATE_NAMES[JobState.READY],
-                            task_graph=compressed_task_graph,
-                            inputs=compressed_inputs,
-                            created_at=now,
-                            updated_at=now,
-                            owner=self.token,
-                        )
+                        _INSERT_JOB,
+                        {
+                            "id": job_id,
+                            "resource_group_id": resource_group_id,
+                            "state": STATE_NAMES[JobState.READY],
+                            "task_graph": compressed_task_graph,
+                            "inputs": compressed_inputs,
+                            "created_at": now,
+                            "updated_at": now,
+                            "owner": self.token,
+                        },
                     )
+                self._ids.stored(job_id)
                 return job_id
             except IntegrityError:
                 _log.debug("job id taken by another engine meanwhile; choosing again")
@@ -814,28 +859,29 @@ class EmbeddedSpider:
         memory. ``retry``: wait out an outage (report paths), else raise its error (callers' paths).
         Raises ``_JobLost`` when the guard fails (unless an earlier attempt of this write applied:
         ``_written_before``), ``_Stopping`` when closed while waiting."""
-        values: dict[str, object] = {"state": STATE_NAMES[state], "updated_at": utc_now()}
+        parameters: dict[str, object] = {
+            "w_id": job.id,
+            "w_owner": self.token,
+            "w_state": STATE_NAMES[job.state],
+            "state": STATE_NAMES[state],
+            "updated_at": utc_now(),
+        }
         if outputs is not None:
-            values["outputs"] = encode_job_outputs(outputs)
+            parameters["outputs"] = encode_job_outputs(outputs)
         if error is not None:
-            values["error_message"] = error
-        statement = (
-            update(_jobs_table)
-            .where(
-                _jobs_table.c.id == job.id,
-                _jobs_table.c.owner == self.token,
-                _jobs_table.c.state == STATE_NAMES[job.state],
-            )
-            .values(**values)
-        )
+            parameters["error_message"] = error
         written = self._write(
-            statement, retry=retry, doing=f"recording job {job.id} {STATE_NAMES[state]}"
+            _SET_STATE,
+            parameters,
+            retry=retry,
+            doing=f"recording job {job.id} {STATE_NAMES[state]}",
         )
         if written != 1 and not self._written_before(job, state):
             raise _JobLost(job.id)
         job.state = state
         if state.is_terminal:
             job.terminated_at = self._clock()
+            self._terminated.append(job)
             _log.info(
                 "spider job %d: %s%s", job.id, STATE_NAMES[state], f" ({error})" if error else ""
             )
@@ -901,15 +947,23 @@ class EmbeddedSpider:
 
     # --- background ---------------------------------------------------------------------------
 
-    def _write(self, statement: Update, *, retry: bool, doing: str) -> int:
-        """Execute ``statement`` in its own transaction; its row count. With ``retry``, an
-        unavailable database (``is_transient``) is waited out with a bounded back-off
-        (``_Stopping`` if closed); any other error is raised at once, as it would repeat."""
+    def _write(
+        self,
+        statement: Update,
+        parameters: Mapping[str, object] | None = None,
+        *,
+        retry: bool,
+        doing: str,
+    ) -> int:
+        """Execute ``statement`` (with ``parameters``) in its own transaction; its row count.
+        With ``retry``, an unavailable database (``is_transient``) is waited out with a bounded
+        back-off (``_Stopping`` if closed); any other error is raised at once, as it would
+        repeat."""
         attempt = 0
         while True:
             try:
                 with self._db.begin() as connection:
-                    count = connection.execute(statement).rowcount
+                    count = connection.execute(statement, parameters).rowcount
                 self._outage.recovered()
                 return int(count)
             except SQLAlchemyError as error:
@@ -929,10 +983,10 @@ class EmbeddedSpider:
                 if self._closed:
                     return
                 now = self._clock()
-                for job in list(self._jobs.values()):
-                    if job.terminated_at is not None and now - job.terminated_at >= self._retention:
-                        del self._jobs[job.id]
-                        continue
+                self._evict_terminated(now)
+                for job in self._jobs.values():
+                    if job.state.is_terminal:
+                        continue  # runs nothing (``_runnable``)
                     for task in (*job.tasks, job.commit, job.cleanup):
                         if task is None or not _runnable(job, task):
                             continue
@@ -949,6 +1003,19 @@ class EmbeddedSpider:
                 sweep_scratch(self._staging)
                 next_scratch_sweep = time.monotonic() + self._scratch_sweep_interval
             self._stopping.wait(0.1)
+
+    def _evict_terminated(self, now: float) -> None:
+        """Forget the terminal jobs retained for ``terminated_job_retention_secs`` (reads go to
+        their rows from then on), oldest first: only those due are looked at, not every job
+        retained. Holds the condition."""
+        while self._terminated:
+            job = self._terminated[0]
+            assert job.terminated_at is not None
+            if now - job.terminated_at < self._retention:
+                return
+            self._terminated.popleft()
+            if self._jobs.get(job.id) is job:
+                del self._jobs[job.id]
 
     def _sweep_logged(self) -> None:
         """``_sweep``, its errors logged: an outage as one (``_outage``), any other error with its
@@ -1217,18 +1284,34 @@ def _check_cancellable(state: JobState, *, has_cleanup: bool) -> None:
         )
 
 
-def _next_job_id(connection: Connection) -> int:
-    """One above every Spider job id the database knows of (the engine's, CLP's, the tasks')."""
-    highest = 0
-    for column in (
-        _jobs_table.c.id,
-        _compression_jobs.c.spider_id,
-        _stored_archives.c.spider_job_id,
-    ):
-        value = connection.execute(select(func.max(column))).scalar_one_or_none()
-        if value is not None:
-            highest = max(highest, int(value))
-    return highest + 1
+class _IdChooser:
+    """RegisterJob's choice of a new job id (module docstring, "Job ids are never reused"): one
+    above the engine table's largest id, the largest id CLP's tables recorded when they were last
+    read, and the largest id this engine stored. CLP's tables are read at the first registration
+    and again only when the engine's table was reset meanwhile: its smallest id changed, or its
+    largest is below one this engine stored (rows are never deleted otherwise). Used under the
+    engine's ``_registering`` lock; the caller's transaction is used for the reads."""
+
+    def __init__(self) -> None:
+        self._clp_highest: int | None = None
+        self._lowest: int | None = None
+        """The engine table's smallest id when CLP's tables were read (``None``: it was empty)."""
+        self._stored = 0
+
+    def choose(self, connection: Connection, lowest: int | None, highest: int | None) -> int:
+        """The id to insert, given the engine table's smallest and largest ids as the
+        registration's transaction reads them; raises the database's errors."""
+        if self._clp_highest is None or lowest != self._lowest or (highest or 0) < self._stored:
+            recorded = connection.execute(_CLP_HIGHEST_IDS).one()
+            self._clp_highest = max(int(recorded.jobs or 0), int(recorded.archives or 0))
+            self._lowest = lowest
+        return max(int(highest or 0), self._clp_highest, self._stored) + 1
+
+    def stored(self, job_id: int) -> None:
+        """``job_id``'s row was committed."""
+        self._stored = max(self._stored, job_id)
+        if self._lowest is None:
+            self._lowest = job_id  # the table's first row: not a reset
 
 
 def _is_deadlock(error: OperationalError) -> bool:
