@@ -69,38 +69,47 @@ class LeaseKeeper:
             _log.warning("lease lost: another coordinator took the job over", extra=job.log())
 
     def claim(self) -> int:
-        """Claim up to the free capacity; how many jobs were claimed. Raises the driver's errors."""
+        """Claim up to the free capacity; how many jobs were claimed. Raises the driver's errors.
+
+        The three claims share one transaction (one ``BEGIN IMMEDIATE`` on SQLite per tick, not
+        three): each is still its own compare-and-set on every row's epoch, and nothing is driven
+        before the transaction committed.
+        """
         capacity = self.loop.settings.max_concurrent_jobs - len(self.loop.driven)
+        if capacity <= 0:
+            return 0
         now = self.loop.store.clock()
-        taken = leases.take_over_in_flight(
-            self.loop.engine,
-            owner=self.loop.instance_id,
-            lease=self.lease_duration,
-            now=now,
-            limit=capacity,
-            skip=list(self.loop.driven),
-        )
-        # Pending rows that already record a Spider job are claimed only to be ended (never
-        # submitted: the `submitted` edge would lose its race on every attempt).
-        recorded = leases.claim_pending(
-            self.loop.engine,
-            owner=self.loop.instance_id,
-            lease=self.lease_duration,
-            now=now,
-            limit=capacity - len(taken),
-            is_ours=self._is_ours,
-            skip=self._foreign | set(self.loop.driven),
-            recorded_spider_id=True,
-        )
-        claimed = leases.claim_pending(
-            self.loop.engine,
-            owner=self.loop.instance_id,
-            lease=self.lease_duration,
-            now=now,
-            limit=capacity - len(taken) - len(recorded),
-            is_ours=self._is_ours,
-            skip=self._foreign | set(self.loop.driven),
-        )
+        owner = self.loop.instance_id
+        with self.loop.engine.begin() as connection:
+            taken = leases.take_over_in_flight_within(
+                connection,
+                owner=owner,
+                lease=self.lease_duration,
+                now=now,
+                limit=capacity,
+                skip=list(self.loop.driven),
+            )
+            # Pending rows that already record a Spider job are claimed only to be ended (never
+            # submitted: the `submitted` edge would lose its race on every attempt).
+            recorded = leases.claim_pending_within(
+                connection,
+                owner=owner,
+                lease=self.lease_duration,
+                now=now,
+                limit=capacity - len(taken),
+                is_ours=self._is_ours,
+                skip=self._foreign | set(self.loop.driven),
+                recorded_spider_id=True,
+            )
+            claimed = leases.claim_pending_within(
+                connection,
+                owner=owner,
+                lease=self.lease_duration,
+                now=now,
+                limit=capacity - len(taken) - len(recorded),
+                is_ours=self._is_ours,
+                skip=self._foreign | set(self.loop.driven),
+            )
         metrics.CLAIMS.labels("taken_over").inc(len(taken))
         metrics.CLAIMS.labels("recorded").inc(len(recorded))
         metrics.CLAIMS.labels("pending").inc(len(claimed))

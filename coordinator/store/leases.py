@@ -233,30 +233,55 @@ def claim_pending(
     if limit <= 0:
         return []
     with engine.begin() as connection:
-        candidates = connection.execute(
-            _pending_candidates(recorded_spider_id, bool(skip)),
-            _candidate_parameters(owner, now, limit * 4 + 16, skip),
-        ).all()
-        ours: list[Any] = []  # the candidate rows accepted
-        for row in candidates:
-            if len(ours) >= limit:
-                break
-            if is_ours(row.id, bytes(row.clp_config)):
-                ours.append(row)
-        taken = _take_all(connection, ours, owner, now + lease, dispatch_at=now)
-        claimed = [
-            Lease(
-                row.id,
-                row.lease_epoch + 1,
-                JobStatus.PENDING,
-                row.spider_id,
-                bytes(row.clp_config),
-                cancel_requested=row.cancel_requested_at is not None,
-            )
-            for row in ours
-            if row.id in taken
-        ]
-    return claimed
+        return claim_pending_within(
+            connection,
+            owner=owner,
+            lease=lease,
+            now=now,
+            limit=limit,
+            is_ours=is_ours,
+            skip=skip,
+            recorded_spider_id=recorded_spider_id,
+        )
+
+
+def claim_pending_within(
+    connection: Connection,
+    *,
+    owner: str,
+    lease: timedelta,
+    now: datetime,
+    limit: int,
+    is_ours: Callable[[int, bytes], bool],
+    skip: Collection[int] = (),
+    recorded_spider_id: bool = False,
+) -> list[Lease]:
+    """``claim_pending`` in the caller's transaction (which then commits the claims, or not)."""
+    if limit <= 0:
+        return []
+    candidates = connection.execute(
+        _pending_candidates(recorded_spider_id, bool(skip)),
+        _candidate_parameters(owner, now, limit * 4 + 16, skip),
+    ).all()
+    ours: list[Any] = []  # the candidate rows accepted
+    for row in candidates:
+        if len(ours) >= limit:
+            break
+        if is_ours(row.id, bytes(row.clp_config)):
+            ours.append(row)
+    taken = _take_all(connection, ours, owner, now + lease, dispatch_at=now)
+    return [
+        Lease(
+            row.id,
+            row.lease_epoch + 1,
+            JobStatus.PENDING,
+            row.spider_id,
+            bytes(row.clp_config),
+            cancel_requested=row.cancel_requested_at is not None,
+        )
+        for row in ours
+        if row.id in taken
+    ]
 
 
 def take_over_in_flight(
@@ -275,21 +300,38 @@ def take_over_in_flight(
     if limit <= 0:
         return []
     with engine.begin() as connection:
-        candidates = connection.execute(
-            _in_flight_candidates(bool(skip)), _candidate_parameters(owner, now, limit, skip)
-        ).all()
-        taken = _take_all(connection, candidates, owner, now + lease, dispatch_at=None)
-        return [
-            Lease(
-                row.id,
-                row.lease_epoch + 1,
-                state_of(row.status, row.committed_at),
-                row.spider_id,
-                bytes(row.clp_config),
-            )
-            for row in candidates
-            if row.id in taken
-        ]
+        return take_over_in_flight_within(
+            connection, owner=owner, lease=lease, now=now, limit=limit, skip=skip
+        )
+
+
+def take_over_in_flight_within(
+    connection: Connection,
+    *,
+    owner: str,
+    lease: timedelta,
+    now: datetime,
+    limit: int,
+    skip: Collection[int] = (),
+) -> list[Lease]:
+    """``take_over_in_flight`` in the caller's transaction (which then commits the take-overs)."""
+    if limit <= 0:
+        return []
+    candidates = connection.execute(
+        _in_flight_candidates(bool(skip)), _candidate_parameters(owner, now, limit, skip)
+    ).all()
+    taken = _take_all(connection, candidates, owner, now + lease, dispatch_at=None)
+    return [
+        Lease(
+            row.id,
+            row.lease_epoch + 1,
+            state_of(row.status, row.committed_at),
+            row.spider_id,
+            bytes(row.clp_config),
+        )
+        for row in candidates
+        if row.id in taken
+    ]
 
 
 def _by_epoch(leases: Iterable[tuple[int, int]]) -> Iterator[tuple[int, list[int]]]:

@@ -1,0 +1,122 @@
+"""A tick's claims in one transaction (issue 14): the in-flight take-overs, the Pending rows that
+record a Spider job and the Pending jobs to submit are claimed together, each row still compared
+and set on its own epoch; nothing is claimed when the transaction fails."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+from sqlalchemy import Engine, Table, event, select, update
+
+from coordinator.config.clp import CompressionCoordinator
+from coordinator.lifecycle import JobStatus
+from coordinator.service.driven import Loop
+from coordinator.service.lease_keeper import LeaseKeeper
+from coordinator.spider.port import SpiderPort
+from coordinator.store.jobs import JobStore
+from coordinator.store.schema import CompressionJob
+from tests.test_submit_cost_reads import _blob
+
+_jobs = cast(Table, CompressionJob.__table__)
+LEASE = timedelta(seconds=30)
+
+
+def _keeper(store: JobStore, max_concurrent_jobs: int = 1000) -> LeaseKeeper:
+    loop = Loop(
+        store=store,
+        spider=cast(SpiderPort, object()),  # a claim never calls the engine
+        settings=CompressionCoordinator(max_concurrent_jobs=max_concurrent_jobs),
+        instance_id="a",
+        cleanup_task=True,
+        monotonic=time.monotonic,
+    )
+    return LeaseKeeper(loop, lease_duration=LEASE, owns_undecodable_jobs=False, leaves_job=None)
+
+
+@contextmanager
+def _commits(engine: Engine) -> Iterator[list[int]]:
+    seen: list[int] = []
+
+    def record(_: Any) -> None:
+        seen.append(1)
+
+    event.listen(engine, "commit", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "commit", record)
+
+
+def _three_kinds(store: JobStore) -> tuple[int, int, int]:
+    """A job to submit, a Pending row recording Spider job 9, a Running job whose lease lapsed."""
+    pending, recorded, running = (store.create_job(_blob(1, [1], "web")) for _ in range(3))
+    with store.engine.begin() as connection:
+        connection.execute(update(_jobs).where(_jobs.c.id == recorded).values(spider_id=9))
+        connection.execute(
+            update(_jobs)
+            .where(_jobs.c.id == running)
+            .values(
+                status=int(JobStatus.RUNNING),
+                spider_id=5,
+                lease_owner="dead",
+                lease_epoch=2,
+                lease_expires_at=store.clock() - timedelta(minutes=1),
+            )
+        )
+    return pending, recorded, running
+
+
+def test_a_tick_claims_every_kind_of_job_in_one_transaction(store: JobStore) -> None:
+    pending, recorded, running = _three_kinds(store)
+    keeper = _keeper(store)
+    with _commits(store.engine) as commits:
+        assert keeper.claim() == 3
+    assert len(commits) == 1
+    driven = keeper.loop.driven
+    assert {job_id: (job.status, job.epoch, job.spider_id) for job_id, job in driven.items()} == {
+        pending: (JobStatus.PENDING, 1, None),
+        recorded: (JobStatus.PENDING, 1, 9),
+        running: (JobStatus.RUNNING, 3, 5),
+    }
+    with store.engine.connect() as connection:
+        owners = dict(connection.execute(select(_jobs.c.id, _jobs.c.lease_owner)).all())
+    assert owners == {pending: "a", recorded: "a", running: "a"}
+    with _commits(store.engine) as commits:  # nothing left: still one transaction, no claim
+        assert keeper.claim() == 0
+    assert len(commits) == 1
+
+
+def test_a_claim_at_capacity_opens_no_transaction(store: JobStore) -> None:
+    store.create_job(_blob(1, [1], "web"))
+    keeper = _keeper(store, max_concurrent_jobs=1)
+    assert keeper.claim() == 1
+    with _commits(store.engine) as commits:
+        assert keeper.claim() == 0
+    assert commits == []
+
+
+def test_a_claim_that_fails_claims_nothing(store: JobStore) -> None:
+    pending, recorded, running = _three_kinds(store)
+    keeper = _keeper(store)
+
+    def failing(job_id: int, clp_config: bytes) -> bool:
+        if job_id == pending:
+            raise RuntimeError("a bug in the ownership check")
+        return True
+
+    keeper._is_ours = failing  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        keeper.claim()
+    assert keeper.loop.driven == {}
+    with store.engine.connect() as connection:
+        rows = connection.execute(select(_jobs.c.id, _jobs.c.lease_owner, _jobs.c.lease_epoch))
+        assert {row.id: (row.lease_owner, row.lease_epoch) for row in rows} == {
+            pending: (None, 0),
+            recorded: (None, 0),
+            running: ("dead", 2),  # the take-over rolled back with the rest
+        }
