@@ -16,10 +16,10 @@ import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
-from sqlalchemy import Table, delete, update
+from sqlalchemy import Connection, Engine, Table, delete, event, update
 
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.engine.embedded.faults import Fault
@@ -377,11 +377,14 @@ class _CancelledWhileRegistering(_RefusalRecorder):
         self.rt, self.job_id = rt, job_id
         self.registered: list[int] = []
         self.started: list[int] = []
+        self.cancel_at = 1
+        """The registration (counted from 1) during which the cancel is requested."""
 
     def register_job(self, *args: object, **kwargs: object) -> int:
         spider_id = self.inner.register_job(*args, **kwargs)  # type: ignore[arg-type]
         self.registered.append(spider_id)
-        assert request_cancel(self.rt.engine, self.job_id, self.rt.store.clock())
+        if len(self.registered) == self.cancel_at:
+            assert request_cancel(self.rt.engine, self.job_id, self.rt.store.clock())
         return spider_id
 
     def start_job(self, job_id: int) -> JobState:
@@ -403,6 +406,58 @@ def test_a_cancel_request_made_during_the_submission_refuses_the_submitted_move(
     assert row.spider_id is None and triggers(rt, job_id) == ["cancelled"]
     assert len(spider.registered) == 1 and spider.started == []
     assert rt.spider.get_job_state(spider.registered[0]) is JobState.READY
+
+
+class _SubmittedCommits:
+    """Counts the transactions that committed at least one ``submitted`` history row."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine, self.count, self._pending = engine, 0, set[int]()
+        event.listen(engine, "before_cursor_execute", self._statement)
+        event.listen(engine, "commit", self._commit)
+
+    def _statement(
+        self, connection: Connection, _: object, sql: str, params: Any, *__: Any
+    ) -> None:
+        if "compression_job_transitions" in sql and "submitted" in repr(params):
+            self._pending.add(id(connection))
+
+    def _commit(self, connection: Connection) -> None:
+        if id(connection) in self._pending:
+            self._pending.discard(id(connection))
+            self.count += 1
+
+    def close(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._statement)
+        event.remove(self.engine, "commit", self._commit)
+
+
+def test_the_submissions_of_one_tick_are_recorded_together_each_under_its_own_guard(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    """Three jobs claimed by one tick: their ``submitted`` moves share one transaction, and the
+    cancel request made while the second registered refuses only that job's move."""
+    jobs = [
+        submit_job(two_objects, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+        for _ in range(3)
+    ]
+    spider = _CancelledWhileRegistering(rt.spider, rt, jobs[1])
+    spider.cancel_at = 2  # jobs are registered in claim order
+    coordinator = coordinator_with(rt, spider=spider)
+    counted = _SubmittedCommits(rt.engine)
+    try:
+        tick_until(coordinator, lambda: all(_ended(rt, job_id) for job_id in jobs))
+    finally:
+        counted.close()
+    assert counted.count == 1
+    assert [_status(rt, job_id) for job_id in jobs] == [
+        JobStatus.SUCCEEDED,
+        JobStatus.KILLED,
+        JobStatus.SUCCEEDED,
+    ]
+    assert triggers(rt, jobs[1]) == ["cancelled"]
+    assert len(spider.registered) == 3 and len(spider.started) == 2
+    assert rt.spider.get_job_state(spider.registered[1]) is JobState.READY
 
 
 def test_a_job_claimed_with_a_cancel_request_is_killed_without_registering(

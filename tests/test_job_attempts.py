@@ -22,7 +22,9 @@ from coordinator.lifecycle import JobStatus
 from coordinator.runtime import archive_output_of, open_runtime
 from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import submit_job
+from coordinator.service.submitter import Registered, Submitter
 from coordinator.store.database import create_database_engine, is_transient
+from coordinator.store.guarded import TransitionRequest
 from coordinator.store.jobs import job_state
 from tests.service_support import SpiderProxy, job_row, put_logs, run_until_idle, triggers
 
@@ -163,3 +165,40 @@ def test_a_busy_sqlite_file_is_an_outage(tmp_path: Path) -> None:
     finally:
         holder.dispose()
         waiter.dispose()
+
+
+def test_a_failure_of_the_recording_together_counts_only_against_its_own_job(
+    config: CoordinatorConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``submitted`` moves of one tick share a transaction; when it fails for a reason that is
+    not an outage (here a request the lifecycle refuses, for one job only), nothing of it is
+    kept and each job is recorded alone: the others run, the faulty one backs off and fails."""
+    put_logs(config, tmp_path, ["svc0"])
+    clock = _FakeClock()
+    with open_runtime(config, lease_secs=5) as rt:
+        good, bad, other = (
+            submit_job(config, rt.engine, timestamp_key="timestamp") for _ in range(3)
+        )
+        real = Submitter._submitted
+
+        def submitted(self: Submitter, item: Registered) -> TransitionRequest:
+            request = real(self, item)
+            return dataclasses.replace(request, num_tasks=0) if item.job.job_id == bad else request
+
+        monkeypatch.setattr(Submitter, "_submitted", submitted)
+        coordinator = Coordinator(
+            engine=rt.engine,
+            spider=rt.spider,
+            settings=rt.config.compression_coordinator,
+            archive_output=archive_output_of(rt.config),
+            instance_id="attempts",
+            max_attempts=3,
+            clock=clock,
+        )
+        run_until_idle(coordinator, after_tick=clock.advance)
+        assert [job_state(job_row(rt, job_id)) for job_id in (good, bad, other)] == [
+            JobStatus.SUCCEEDED,
+            JobStatus.FAILED,
+            JobStatus.SUCCEEDED,
+        ]
+        assert "needs a task count" in (job_row(rt, bad).status_msg or "")

@@ -7,10 +7,11 @@ Each ``tick`` calls, in this order:
 2. the **cancel server** (``cancels.py``): serve operators' persisted cancel requests;
 3. the lease keeper again: **claim** up to ``max_concurrent_jobs`` minus the jobs already driven;
 4. for each driven job that is due: the **submitter** (``submitter.py``) for a Pending job
-   (prepare, register, record, start, state first), the **outcome handler** (``outcomes.py``)
-   polls an in-flight one; in-flight jobs are polled up to ``ADVANCE_CONCURRENCY`` at once,
-   beside the submissions (in claim order), each job by one thread at a time, all ended with
-   the tick;
+   (prepare, register, record, start, state first; the submissions of up to
+   ``SUBMISSION_BATCH`` jobs recorded in one transaction), the **outcome handler**
+   (``outcomes.py``) polls an in-flight one; in-flight jobs are polled up to
+   ``ADVANCE_CONCURRENCY`` at once, beside the submissions (in claim order), each job by one
+   thread at a time, all ended with the tick;
 5. the outcome handler **concludes** the jobs Spider ended, together: their rows read in one
    query, the reactions of ``coordinator.lifecycle.reactions``, the finalising moves in one
    transaction (each its own guarded move), the others alone (roll back, clean up);
@@ -62,7 +63,7 @@ from coordinator.service.lease_keeper import LeaseKeeper
 from coordinator.service.logs import LOOP_LOGGER
 from coordinator.service.outcomes import Ended, OutcomeHandler
 from coordinator.service.resource_group import ResourceGroup
-from coordinator.service.submitter import Submitter
+from coordinator.service.submitter import Registered, Submitter
 from coordinator.spider.port import SpiderPort
 from coordinator.store.database import is_transient
 from coordinator.store.jobs import JobStore
@@ -73,6 +74,9 @@ _log = logging.getLogger(LOOP_LOGGER)
 _T = TypeVar("_T")
 
 MAX_ATTEMPT_BACKOFF_SECS = 60.0
+SUBMISSION_BATCH = 16
+"""How many Pending jobs a tick registers before it records their submissions in one transaction
+and starts them: more saves commits, but the first of them starts later."""
 ADVANCE_CONCURRENCY = 4
 """How many driven jobs a tick submits or polls at once (each job by one thread at a time): the
 per-job work is mostly waiting for the database and Spider."""
@@ -260,8 +264,8 @@ class Coordinator:
         pool = self._advancing
         futures = [] if pool is None else [pool.submit(self._poll_guarded, job) for job in polled]
         try:
-            for job in pending:
-                self._advance_guarded(job)
+            for start in range(0, len(pending), SUBMISSION_BATCH):
+                self._submit(pending[start : start + SUBMISSION_BATCH])
         finally:
             wait(futures)
         ended = [item for future in futures if (item := future.result()) is not None]
@@ -297,13 +301,31 @@ class Coordinator:
         self._phase_failures = 0
         return result
 
-    def _advance_guarded(self, job: DrivenJob) -> None:
-        """Submit a Pending ``job`` when it is due; an error that is not an outage counts as a
-        failed attempt of the job."""
-        if self.stopping.is_set():
-            return  # stopping: submit nothing more
-        if self.loop.monotonic() >= job.retry_submit_at:
-            self._guarded(job, lambda: self.submitter.submit(job))
+    def _submit(self, jobs: list[DrivenJob]) -> None:
+        """Register the due Pending ``jobs`` one by one, record their submissions in one
+        transaction, then start their Spider jobs (state first). An error that is not an outage
+        counts as a failed attempt of its job; when recording together fails so, each job is
+        recorded alone, to tell which one failed (nothing of the batch was kept)."""
+        registered: list[Registered] = []
+        for job in jobs:
+            if self.stopping.is_set():
+                break  # stopping: register nothing more
+            if self.loop.monotonic() >= job.retry_submit_at:
+                item = self._guarded(job, partial(self.submitter.register, job))
+                if item is not None:
+                    registered.append(item)
+        if not registered:
+            return
+        try:
+            results = self.submitter.record(registered)
+        except Exception as error:
+            if isinstance(error, SQLAlchemyError) and is_transient(error):
+                raise  # the database is down: the whole tick waits
+            for item in registered:
+                self._guarded(item.job, partial(self.submitter.record_and_start, [item]))
+            return
+        for item, result in zip(registered, results, strict=True):
+            self._guarded(item.job, partial(self.submitter.start, item, result))
 
     def _poll_guarded(self, job: DrivenJob) -> Ended | None:
         """Poll an in-flight ``job`` when it is due (on a pool thread); Spider's final word."""

@@ -46,7 +46,7 @@ from coordinator.store.guarded import (
     TransitionResult,
     validate_request,
 )
-from coordinator.store.jobs import Effects, JobStore
+from coordinator.store.jobs import Effects, JobStore, count_committed
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -169,8 +169,7 @@ class Loop:
                     self._ending(job, None, _Settling(job, publication))(connection, result)
                 results.append((job, request, result))
         for job, request, result in results:
-            if isinstance(result, Applied):
-                metrics.TRANSITIONS.labels(request.trigger.value, request.actor.value).inc()
+            count_committed(request, result)
             self._moved(job, request.trigger, request.target, request.reason, result)
         return gaps
 

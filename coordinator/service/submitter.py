@@ -15,7 +15,8 @@ Spider, which Spider tolerates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError
 
@@ -56,6 +57,15 @@ RECORDED_SPIDER_JOB_STATES = {
 }
 
 
+@dataclass(frozen=True)
+class Registered:
+    """A Pending job registered with Spider whose submission is not recorded yet."""
+
+    job: DrivenJob
+    prepared: PreparedJob
+    spider_id: int
+
+
 def retry_later(job: DrivenJob, why: str, monotonic: Clock) -> None:
     """An outage: the job's next attempt waits, without limit (no attempt is counted)."""
     _log.warning(why, extra=job.log())
@@ -84,17 +94,57 @@ class Submitter:
 
     def submit(self, job: DrivenJob) -> None:
         """Submit ``job`` (or end it, when it never can run). Raises the driver's errors."""
+        registered = self.register(job)
+        if registered is not None:
+            self.record_and_start([registered])
+
+    def register(self, job: DrivenJob) -> Registered | None:
+        """Prepare and register ``job`` with Spider (or end it, when it never can run); the
+        registration to record, ``None`` when there is none. Raises the driver's errors."""
         if job.spider_id is not None:
             self._end_recorded_submission(job)
-            return
+            return None
         prepared = self._prepare(job)
         if prepared is None:
-            return
+            return None
         spider_id = self._register(job, prepared)
         if spider_id is None:
-            return
+            return None
         crashpoints.crashpoint("registered")
-        self._record_and_start(job, prepared, spider_id)
+        return Registered(job, prepared, spider_id)
+
+    def record(self, registered: Sequence[Registered]) -> list[TransitionResult]:
+        """Record every registration (``submitted``: Pending → Running with the Spider job id)
+        in one transaction, each its own guarded move; the results, in order. Start nothing.
+
+        Raises the database's errors and a refused request, after which nothing is recorded (the
+        registered Spider jobs stay Ready, never started; each job is registered anew).
+        """
+        results = self.loop.store.transition_all([self._submitted(item) for item in registered])
+        if any(isinstance(result, Applied) for result in results):
+            crashpoints.crashpoint("submitted")
+        return results
+
+    def start(self, item: Registered, result: TransitionResult) -> None:
+        """After ``record``: start the Spider job of a recorded submission (state first), or
+        abandon the registration whose record failed."""
+        job = item.job
+        if not isinstance(result, Applied):
+            self._abandon_registration(job, item.spider_id, result)
+            return
+        job.status, job.spider_id = JobStatus.RUNNING, item.spider_id
+        _log.info("submitted: %d task(s)", item.prepared.num_tasks, extra=job.log())
+        try:
+            start_if_ready(self.loop.spider, item.spider_id)
+        except SpiderError as error:
+            _log.warning("StartJob failed; polling will retry: %s", error, extra=job.log())
+        crashpoints.crashpoint("started")
+        job.next_poll = self.loop.monotonic() + job.backoff_ms / 1000
+
+    def record_and_start(self, registered: Sequence[Registered]) -> None:
+        """``record``, then ``start`` each. Raises what ``record`` raises."""
+        for item, result in zip(registered, self.record(registered), strict=True):
+            self.start(item, result)
 
     def _prepare(self, job: DrivenJob) -> PreparedJob | None:
         """The job's submission, or ``None`` when it was cancelled, rejected or must wait."""
@@ -158,38 +208,24 @@ class Submitter:
             )
         return None
 
-    def _record_and_start(self, job: DrivenJob, prepared: PreparedJob, spider_id: int) -> None:
-        job.spider_id = spider_id
-        result = self.loop.store.transition(
-            TransitionRequest(
-                job.job_id,
-                Trigger.SUBMITTED,
-                JobStatus.PENDING,
-                JobStatus.RUNNING,
-                Actor.COORDINATOR,
-                reason=(
-                    f"{prepared.num_objects} object(s) in {prepared.num_tasks} task(s), "
-                    f"Spider job {spider_id}"
-                ),
-                actor_id=self.loop.instance_id,
-                spider_id=spider_id,
-                num_tasks=prepared.num_tasks,
-                fence=job.epoch,
-                unless_cancel_requested=True,
-            )
+    def _submitted(self, item: Registered) -> TransitionRequest:
+        prepared, spider_id = item.prepared, item.spider_id
+        return TransitionRequest(
+            item.job.job_id,
+            Trigger.SUBMITTED,
+            JobStatus.PENDING,
+            JobStatus.RUNNING,
+            Actor.COORDINATOR,
+            reason=(
+                f"{prepared.num_objects} object(s) in {prepared.num_tasks} task(s), "
+                f"Spider job {spider_id}"
+            ),
+            actor_id=self.loop.instance_id,
+            spider_id=spider_id,
+            num_tasks=prepared.num_tasks,
+            fence=item.job.epoch,
+            unless_cancel_requested=True,
         )
-        if not isinstance(result, Applied):
-            self._abandon_registration(job, spider_id, result)
-            return
-        crashpoints.crashpoint("submitted")
-        job.status = JobStatus.RUNNING
-        _log.info("submitted: %d task(s)", prepared.num_tasks, extra=job.log())
-        try:
-            start_if_ready(self.loop.spider, spider_id)
-        except SpiderError as error:
-            _log.warning("StartJob failed; polling will retry: %s", error, extra=job.log())
-        crashpoints.crashpoint("started")
-        job.next_poll = self.loop.monotonic() + job.backoff_ms / 1000
 
     def _abandon_registration(
         self, job: DrivenJob, spider_id: int, result: TransitionResult

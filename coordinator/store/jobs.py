@@ -52,6 +52,12 @@ for _edge in EDGES:  # the loop's moves are exported from the start, at zero
         metrics.LOST_RACES.labels(_edge.trigger.value)
 
 
+def count_committed(request: TransitionRequest, result: TransitionResult) -> None:
+    """Count a move whose transaction committed (``clp_coordinator_transitions_total``)."""
+    if isinstance(result, Applied):
+        metrics.TRANSITIONS.labels(result.edge.trigger.value, request.actor.value).inc()
+
+
 class JobStore:
     """Guarded transitions and reads over one database."""
 
@@ -81,9 +87,23 @@ class JobStore:
             result = self.apply(connection, request)
             if isinstance(result, Applied) and effects is not None:
                 effects(connection, result)
-        if isinstance(result, Applied):
-            metrics.TRANSITIONS.labels(result.edge.trigger.value, request.actor.value).inc()
+        count_committed(request, result)
         return result
+
+    def transition_all(self, requests: Sequence[TransitionRequest]) -> list[TransitionResult]:
+        """Apply each of ``requests`` in one transaction; their results, in order.
+
+        Each is its own guarded move with its own history row, so one that loses its race leaves
+        the others applied. Raises as ``transition`` does: a refused request before any SQL, and
+        the database's errors, after which no move of the batch is kept.
+        """
+        for request in requests:
+            validate_request(request)  # before BEGIN: a refused request must not take any lock
+        with self.engine.begin() as connection:
+            results = [self.apply(connection, request) for request in requests]
+        for request, result in zip(requests, results, strict=True):
+            count_committed(request, result)
+        return results
 
     def apply(self, connection: Connection, request: TransitionRequest) -> TransitionResult:
         """Apply ``request`` inside the caller's transaction (see ``apply_transition``)."""
