@@ -340,6 +340,9 @@ class EmbeddedSpider:
         self._jobs: dict[int, _Job] = {}
         self._terminated: deque[_Job] = deque()
         """The jobs that ended in memory, in the order they ended (``_evict_terminated``)."""
+        self._running: dict[int, tuple[_Job, _Task]] = {}
+        """Instance id → its job and task, for every instance in a task's ``instances`` (and a few
+        that ended since the last tick): ``_duplicate_overdue``."""
         self._regular_lane: deque[tuple[int, str, bool]] = deque()
         self._termination_lane: deque[tuple[int, str, bool]] = deque()
         self._faults: list[Fault] = []
@@ -713,6 +716,7 @@ class EmbeddedSpider:
         instance = next(self._instance_ids)
         timeouts = task.policy.timeout_policy
         task.instances[instance] = self._clock() + timeouts.soft_timeout_ms / 1000
+        self._running[instance] = (job, task)
         fault = self._take_fault(job_id, key)
         if fault is not None and fault.kind == "duplicate":
             self._enqueue(job_id, key, termination=key in (COMMIT, CLEANUP), forced=True)
@@ -984,18 +988,7 @@ class EmbeddedSpider:
                     return
                 now = self._clock()
                 self._evict_terminated(now)
-                for job in self._jobs.values():
-                    if job.state.is_terminal:
-                        continue  # runs nothing (``_runnable``)
-                    for task in (*job.tasks, job.commit, job.cleanup):
-                        if task is None or not _runnable(job, task):
-                            continue
-                        for instance, soft_deadline in task.instances.items():
-                            if now >= soft_deadline and instance not in task.duplicated:
-                                task.duplicated.add(instance)
-                                self._enqueue(
-                                    job.id, task.key, termination=task.key in (COMMIT, CLEANUP)
-                                )
+                self._duplicate_overdue(now)
             if time.monotonic() >= next_sweep:
                 self._sweep_logged()
                 next_sweep = time.monotonic() + self._sweep_interval
@@ -1003,6 +996,24 @@ class EmbeddedSpider:
                 sweep_scratch(self._staging)
                 next_scratch_sweep = time.monotonic() + self._scratch_sweep_interval
             self._stopping.wait(0.1)
+
+    def _duplicate_overdue(self, now: float) -> None:
+        """Give each running instance past its soft deadline one duplicate (``_enqueue``; the
+        instance limit is applied when it is assigned). Looks only at the instances in
+        ``_running``, not at every task of every job in memory, and forgets those that ended or
+        whose job or task moved on (their reports are stale). Holds the condition."""
+        for instance, (job, task) in list(self._running.items()):
+            soft_deadline = task.instances.get(instance)
+            if (
+                soft_deadline is None
+                or self._jobs.get(job.id) is not job
+                or not _runnable(job, task)
+            ):
+                del self._running[instance]
+                continue
+            if now >= soft_deadline and instance not in task.duplicated:
+                task.duplicated.add(instance)
+                self._enqueue(job.id, task.key, termination=task.key in (COMMIT, CLEANUP))
 
     def _evict_terminated(self, now: float) -> None:
         """Forget the terminal jobs retained for ``terminated_job_retention_secs`` (reads go to
