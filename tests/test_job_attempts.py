@@ -8,13 +8,16 @@ never returned.
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
@@ -25,7 +28,7 @@ from coordinator.service.ingest import submit_job
 from coordinator.service.submitter import Registered, Submitter
 from coordinator.store.database import create_database_engine, is_transient
 from coordinator.store.guarded import TransitionRequest
-from coordinator.store.jobs import job_state
+from coordinator.store.jobs import JobStore, job_state
 from tests.service_support import SpiderProxy, job_row, put_logs, run_until_idle, triggers
 
 
@@ -202,3 +205,35 @@ def test_a_failure_of_the_recording_together_counts_only_against_its_own_job(
             JobStatus.SUCCEEDED,
         ]
         assert "needs a task count" in (job_row(rt, bad).status_msg or "")
+
+
+def test_an_outage_while_recording_the_submission_leaves_the_job_to_be_submitted_again(
+    config: CoordinatorConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The move that records the Spider job meets an outage: nothing is recorded, the tick fails,
+    and the next one registers the job anew. Before, the driven job kept the Spider id of the
+    failed record, and the next tick ended the job Failed as one that "already records" it."""
+    put_logs(config, tmp_path, ["svc0"])
+    with open_runtime(config, lease_secs=5) as rt:
+        job_id = submit_job(config, rt.engine, timestamp_key="timestamp")
+        real = JobStore.transition_all
+        outages = [OperationalError("UPDATE", None, sqlite3.OperationalError("database is locked"))]
+
+        def transition_all(self: JobStore, requests: Sequence[TransitionRequest]) -> Any:
+            if outages:
+                raise outages.pop()
+            return real(self, requests)
+
+        monkeypatch.setattr(JobStore, "transition_all", transition_all)
+        coordinator = Coordinator(
+            engine=rt.engine,
+            spider=rt.spider,
+            settings=rt.config.compression_coordinator,
+            archive_output=archive_output_of(rt.config),
+            instance_id="attempts",
+        )
+        with pytest.raises(OperationalError):
+            coordinator.tick()
+        run_until_idle(coordinator)
+        assert job_state(job_row(rt, job_id)) is JobStatus.SUCCEEDED
+        assert triggers(rt, job_id) == ["submitted", "committed", "finalised"]
