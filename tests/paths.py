@@ -48,11 +48,12 @@ def request(
     return TransitionRequest(job_id, trigger, source, target, actor, **values)  # type: ignore[arg-type]
 
 
-def new_job_in(store: JobStore, status: JobStatus) -> int:
-    """A new job, moved to ``status``; its id."""
+def new_job_in(store: JobStore, status: JobStatus, *, spider_id: int = SPIDER_ID) -> int:
+    """A new job, moved to ``status`` (submitted as Spider job ``spider_id``); its id."""
     job_id = store.create_job(b"clp-config")
     for trigger, source, target, actor in _PATHS[status]:
-        result = store.transition(request(job_id, trigger, source, target, actor))
+        moved = request(job_id, trigger, source, target, actor, spider_id=spider_id)
+        result = store.transition(moved)
         assert isinstance(result, Applied), result
     return job_id
 

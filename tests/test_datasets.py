@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, insert, inspect, select, text
 
-from coordinator.lifecycle import Actor, JobStatus
+from coordinator.lifecycle import JobStatus
 from coordinator.store import migrate, names
 from coordinator.store.archives import publish_archives
 from coordinator.store.database import create_database_engine
@@ -32,7 +32,7 @@ from coordinator.store.datasets import (
 )
 from coordinator.store.jobs import JobStore
 from coordinator.task_io import ArchiveMetadata
-from tests.paths import request
+from tests.paths import new_job_in
 
 # --- CLP's statements, verbatim ---------------------------------------------------------------
 # components/clp-py-utils/clp_py_utils/clp_metadata_db_utils.py: _create_archives_table
@@ -166,18 +166,7 @@ def _archive(name: str, begin: int = 1, end: int = 2, size: int = 10) -> Archive
 
 
 def _running_job(store: JobStore, spider_id: int) -> int:
-    job_id = store.create_job(b"clp-config")
-    store.transition(
-        request(
-            job_id,
-            "submitted",
-            JobStatus.PENDING,
-            JobStatus.RUNNING,
-            Actor.COORDINATOR,
-            spider_id=spider_id,
-        )
-    )
-    return job_id
+    return new_job_in(store, JobStatus.RUNNING, spider_id=spider_id)
 
 
 def _datasets(engine: Engine) -> list[tuple[str, str]]:

@@ -29,7 +29,14 @@ from coordinator.service.submitter import Registered, Submitter
 from coordinator.store.database import create_database_engine, is_transient
 from coordinator.store.guarded import TransitionRequest
 from coordinator.store.jobs import JobStore, job_state
-from tests.service_support import SpiderProxy, job_row, put_logs, run_until_idle, triggers
+from tests.service_support import (
+    SpiderProxy,
+    coordinator_with,
+    job_row,
+    put_logs,
+    run_until_idle,
+    triggers,
+)
 
 
 class _FakeClock:
@@ -189,15 +196,7 @@ def test_a_failure_of_the_recording_together_counts_only_against_its_own_job(
             return dataclasses.replace(request, num_tasks=0) if item.job.job_id == bad else request
 
         monkeypatch.setattr(Submitter, "_submitted", submitted)
-        coordinator = Coordinator(
-            engine=rt.engine,
-            spider=rt.spider,
-            settings=rt.config.compression_coordinator,
-            archive_output=archive_output_of(rt.config),
-            instance_id="attempts",
-            max_attempts=3,
-            clock=clock,
-        )
+        coordinator = coordinator_with(rt, instance_id="attempts", clock=clock)
         run_until_idle(coordinator, after_tick=clock.advance)
         assert [job_state(job_row(rt, job_id)) for job_id in (good, bad, other)] == [
             JobStatus.SUCCEEDED,
@@ -225,13 +224,7 @@ def test_an_outage_while_recording_the_submission_leaves_the_job_to_be_submitted
             return real(self, requests)
 
         monkeypatch.setattr(JobStore, "transition_all", transition_all)
-        coordinator = Coordinator(
-            engine=rt.engine,
-            spider=rt.spider,
-            settings=rt.config.compression_coordinator,
-            archive_output=archive_output_of(rt.config),
-            instance_id="attempts",
-        )
+        coordinator = coordinator_with(rt, instance_id="attempts")
         with pytest.raises(OperationalError):
             coordinator.tick()
         run_until_idle(coordinator)

@@ -21,18 +21,17 @@ from sqlalchemy.exc import OperationalError
 
 from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.clp import CompressionCoordinator
-from coordinator.lifecycle import Actor, JobStatus, Outcome, reaction_to
+from coordinator.lifecycle import JobStatus, Outcome, reaction_to
 from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.outcomes import Ended, OutcomeHandler
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.archives import publish_archives
 from coordinator.store.datasets import archives_table
-from coordinator.store.guarded import Applied
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import CompressionJob, JobTransition
 from coordinator.store.stored_archives import record_stored_archive, stored_archives_of_job
 from coordinator.task_io import ArchiveMetadata
-from tests.paths import SPIDER_ID, new_job_in, request, stored_record
+from tests.paths import SPIDER_ID, new_job_in, stored_record
 
 DATASET = "web"
 OWNER = "settling-test"
@@ -51,18 +50,7 @@ def _committed_job(
     """A Committed job of Spider job ``spider_id`` leased to ``OWNER`` with one published archive
     and a duplicate instance's unpublished one, both recorded ``stored`` with their files; the
     job and the two files."""
-    job_id = store.create_job(b"clp-config")
-    submitted = store.transition(
-        request(
-            job_id,
-            "submitted",
-            JobStatus.PENDING,
-            JobStatus.RUNNING,
-            Actor.COORDINATOR,
-            spider_id=spider_id,
-        )
-    )
-    assert isinstance(submitted, Applied)
+    job_id = new_job_in(store, JobStatus.RUNNING, spider_id=spider_id)
     files = []
     for name, instance in (("published", 1), ("duplicate", 2)):
         archive_id = f"{name}-archive-{spider_id}"
