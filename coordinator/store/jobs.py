@@ -221,6 +221,12 @@ class SpiderJobUnmatched(CoordinatorError, LookupError):
     """No in-flight compression job records the Spider job id, or several do."""
 
 
+_IN_FLIGHT = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
+    _jobs.c.spider_id == bindparam("spider_id"), _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES)
+)
+_IN_FLIGHT_LOCKED = _IN_FLIGHT.with_for_update()
+
+
 def in_flight_job_of(
     connection: Connection, spider_job_id: int, *, lock: bool = False
 ) -> tuple[int, JobStatus]:
@@ -232,10 +238,8 @@ def in_flight_job_of(
     read ``FOR UPDATE``. Raises ``SpiderJobUnmatched`` saying which case it is, or the driver's
     errors.
     """
-    query = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
-        _jobs.c.spider_id == spider_job_id, _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES)
-    )
-    rows = connection.execute(query.with_for_update() if lock else query).all()
+    query = _IN_FLIGHT_LOCKED if lock else _IN_FLIGHT
+    rows = connection.execute(query, {"spider_id": spider_job_id}).all()
     if not rows:
         raise SpiderJobUnmatched(
             f"no running CLP compression job records Spider job {spider_job_id}"
