@@ -103,8 +103,7 @@ def _begin_immediately(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        # Straight to the driver: SQLAlchemy's statement machinery would cost more than the BEGIN.
-        connection.connection.dbapi_connection.execute("BEGIN IMMEDIATE")
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def is_mysql(engine: Engine) -> bool:
