@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
+from sqlalchemy import Engine
 
 from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.locations import PROJECT_ROOT
@@ -31,6 +32,8 @@ from coordinator.engine.embedded.manager import Assignment, ExecutionManager
 from coordinator.engine.embedded.protocol import Reply, Request
 from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.engine.tasks.registry import TaskPackage
+from coordinator.spider.port import JobState
+from tests.engine_support import graph, running_engine, submit, task, wait_for
 from tests.engine_tasks import package
 
 pytestmark = pytest.mark.skipif(
@@ -220,3 +223,18 @@ def test_an_executor_not_ready_in_time_is_killed_and_fails_the_waiting_assignmen
         _, reply = driver.replies.get(timeout=_WAIT_SECS)
         assert reply == Reply(error="executor crashed (exit_status = None)")  # SIGKILLed
         assert _executors(marker) == []
+
+
+def test_an_embedded_engine_with_nothing_to_run_starts_no_executor(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """The engine wires ``work_waiting`` into its managers: started with nothing to run (a
+    ``run --until-idle`` with nothing to do), it starts no executor process; the first job's
+    task still runs."""
+    with running_engine(migrated_engine, tmp_path) as spider:
+        time.sleep(0.5)  # a manager started its executor at once, before the engine waited
+        assert all(manager._process is None for manager in spider._managers)
+        group = spider.add_resource_group("startup", b"secret")
+        job_id = submit(spider, group, graph(task("echo")), [b"hello"])
+        spider.start_job(job_id)
+        assert wait_for(spider, job_id, JobState.SUCCEEDED) is JobState.SUCCEEDED

@@ -364,6 +364,7 @@ class EmbeddedSpider:
                 self._next_assignment,
                 self._report,
                 instance_gone=self._instance_gone,
+                work_waiting=self._work_waiting,
             )
             for index in range(workers or os.cpu_count() or 1)
         ]
@@ -691,6 +692,14 @@ class EmbeddedSpider:
             return connection.execute(select(column).where(_jobs_table.c.id == job_id)).scalar_one()
 
     # --- scheduling (called by execution managers) ------------------------------------------
+
+    def _work_waiting(self, timeout: float) -> bool:
+        """Whether an assignment waits (after waiting at most ``timeout`` seconds for one), without
+        taking it: an execution manager starts its executor only then (``manager``)."""
+        with self._condition:
+            if not self._termination_lane and not self._regular_lane and not self._closed:
+                self._condition.wait(timeout)
+            return not self._closed and bool(self._termination_lane or self._regular_lane)
 
     def _next_assignment(self, timeout: float) -> Assignment | None:
         with self._condition:
