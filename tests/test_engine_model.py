@@ -757,14 +757,14 @@ def test_an_adoption_whose_reply_was_lost_does_not_strand_the_job() -> None:
         model._expire("b")
         model.clock.advance(65)
         spider = model.replicas["a"].spider
-        real = spider._write
+        real = spider._write_each
 
-        def write(statement: Any, *, retry: bool, doing: str) -> int:
-            if doing.startswith("adopting"):
+        def write_each(statements: list[Any], *, doing: str) -> list[int]:
+            if doing.startswith("adopting"):  # BEGIN and the UPDATE pass, the commit's reply lost
                 model.outage.arm(after_statements=2, reply_lost=True)
-            return real(statement, retry=retry, doing=doing)
+            return real(statements, doing=doing)
 
-        with mock.patch.object(spider, "_write", write), pytest.raises(SQLAlchemyError):
+        with mock.patch.object(spider, "_write_each", write_each), pytest.raises(SQLAlchemyError):
             model.replicas["a"].tick()
         model.outage.end()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, insert, select, update
 
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import PROJECT_ROOT
@@ -27,14 +27,18 @@ from coordinator.engine.embedded.engine import UNDECODABLE_STORED_JOB, EmbeddedS
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.runtime import embedded_spider, open_engine, open_runtime
 from coordinator.spider.port import JobState, start_if_ready
+from coordinator.spider.wire import encode_job_inputs
+from coordinator.store.clock import utc_now
 from coordinator.store.guarded import Applied
 from coordinator.store.instances import ENGINE, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import EngineJob
 from tests.engine_support import (
+    TEST_PACKAGES,
     graph,
     journal,
     running_engine,
+    settings,
     submit,
     task,
     wait_for,
@@ -313,3 +317,42 @@ def _stored_graph_json(engine: Engine, job_id: int) -> bytes:
             select(EngineJob.task_graph).where(EngineJob.id == job_id)
         ).scalar_one()
     return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(compressed))
+
+
+def test_every_gone_owners_job_is_adopted_at_start_a_page_at_a_time(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """Issue 14 (P4): a restart found 1,000 jobs of its own gone engine; the start adopted 100,
+    one transaction each, and the coordinator's polls adopted the rest one by one under the
+    engine's lock. Now the start adopts them all, each page of 100 in one transaction."""
+    with running_engine(migrated_engine, tmp_path / "first", workers=1) as first:
+        group = first.resource_group_by_name("rg", PASSWORD)
+    now = utc_now()
+    rows = [
+        {
+            "id": job_id,
+            "resource_group_id": group,
+            "state": "Running",
+            "task_graph": graph(task("echo")).compressed(),
+            "inputs": encode_job_inputs([b"a"]),
+            "created_at": now,
+            "updated_at": now,
+            "owner": None,
+        }
+        for job_id in range(5001, 5231)
+    ]
+    with migrated_engine.begin() as connection:
+        connection.execute(insert(EngineJob.__table__), rows)
+    spider = EmbeddedSpider(
+        migrated_engine,
+        settings(migrated_engine, tmp_path / "second"),
+        packages=TEST_PACKAGES,
+        workers=1,
+        executor_environment={"PYTHONPATH": str(PROJECT_ROOT)},
+        sweep_interval_secs=3600,
+    )
+    with spider, migrated_engine.connect() as connection:
+        owners = connection.execute(
+            select(EngineJob.owner).where(EngineJob.id.between(5001, 5230))
+        ).scalars()
+        assert set(owners) == {spider.token}

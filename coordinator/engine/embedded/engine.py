@@ -149,6 +149,7 @@ from coordinator.spider.port import (
 )
 from coordinator.spider.task_graph import (
     InvalidTaskGraph,
+    JobSubmission,
     TaskGraph,
     TerminationTask,
     decode_job_submission,
@@ -960,6 +961,16 @@ class EmbeddedSpider:
 
     # --- background ---------------------------------------------------------------------------
 
+    def _write_each(self, statements: list[Update], *, doing: str) -> list[int]:
+        """Execute ``statements`` in one transaction (``doing`` says what for); their row counts.
+        Not retried: raises the database's errors (nothing written, or, when the commit's reply
+        was lost, all of it)."""
+        with self._db.begin() as connection:
+            counts = [int(connection.execute(statement).rowcount) for statement in statements]
+        self._outage.recovered()
+        _log.debug("%s: %d row(s) written", doing, sum(counts))
+        return counts
+
     def _write(
         self,
         statement: Update,
@@ -1068,14 +1079,18 @@ class EmbeddedSpider:
         (``_catch_up``)."""
         with self._registering:
             self._sweep_own_rows()
-        if self._closed:
-            return
-        for orphan in self._orphans():
-            if self._forget_unrecorded(orphan):
-                continue
+        after = 0
+        while not self._closed:
+            orphans = self._orphans(after)
+            if not orphans:
+                return
+            after = orphans[-1].id
+            adoptable = [orphan for orphan in orphans if not self._forget_unrecorded(orphan)]
             with self._condition:
-                if orphan.id not in self._jobs and not self._closed:
-                    self._adopt(orphan)
+                if not self._closed:
+                    self._adopt_all([row for row in adoptable if row.id not in self._jobs])
+            if len(orphans) < _ADOPT_BATCH:
+                return
 
     def _sweep_own_rows(self) -> None:
         """The first part of ``_sweep``: memory against this engine's rows (holds
@@ -1147,8 +1162,9 @@ class EmbeddedSpider:
         owners = live_tokens(now) if self._presence.sees_the_living() else known_tokens()
         return or_(_jobs_table.c.owner.is_(None), _jobs_table.c.owner.not_in(owners))
 
-    def _orphans(self) -> list[Row[Any]]:
-        """Unfinished jobs of gone owners that no other coordinator's live compression job names."""
+    def _orphans(self, after: int = 0) -> list[Row[Any]]:
+        """Unfinished jobs of gone owners that no other coordinator's live compression job names:
+        the first ``_ADOPT_BATCH`` of them whose id is above ``after``."""
         now = utc_now()
         leased_elsewhere = exists().where(
             _compression_jobs.c.spider_id == _jobs_table.c.id,
@@ -1165,6 +1181,7 @@ class EmbeddedSpider:
                 connection.execute(
                     select(_jobs_table)
                     .where(
+                        _jobs_table.c.id > after,
                         _jobs_table.c.state.in_(_UNFINISHED),
                         or_(_jobs_table.c.owner.is_(None), _jobs_table.c.owner != self.token),
                         self._gone_owner(now),
@@ -1207,28 +1224,49 @@ class EmbeddedSpider:
         return self._adopt(row) if row is not None else None
 
     def _adopt(self, row: Row[Any]) -> _Job | None:
-        """Take the job of ``row`` over (compare-and-set of its owner) and run it as after a
-        restart; ``None`` when another engine was faster, or when what the row stores cannot be
-        decoded any more (a graph an earlier version accepted that Spider's rules refuse): that
-        job is failed, saying so, rather than owned and never run. Holds the condition."""
-        state = _STATES_BY_NAME[row.state]
-        try:
-            submission = decode_job_submission(bytes(row.task_graph), bytes(row.inputs))
-            outputs = (
-                decode_job_outputs(bytes(row.outputs or b""))
-                if state is JobState.COMMIT_READY
-                else []
-            )
-        except (InvalidTaskGraph, InvalidFrame) as error:
-            self._fail_undecodable(row, f"{UNDECODABLE_STORED_JOB}: {error}")
-            return None
-        taken = self._write(
-            update(_jobs_table).where(*_unchanged_since(row)).values(owner=self.token),
-            retry=False,
-            doing=f"adopting job {row.id}",
+        """Take the job of ``row`` over and run it as after a restart (``_adopt_all``); ``None``
+        when another engine was faster or the row cannot be decoded. Holds the condition."""
+        return self._adopt_all([row]).get(row.id)
+
+    def _adopt_all(self, rows: list[Row[Any]]) -> dict[int, _Job]:
+        """Take the jobs of ``rows`` over (a compare-and-set of each one's owner, all in one
+        transaction) and run them as after a restart; the jobs taken, by id. A job another engine
+        took first is left to it. One whose row cannot be decoded any more (a graph an earlier
+        version accepted that Spider's rules refuse) is failed, saying so, rather than owned and
+        never run. Holds the condition; raises the database's errors (nothing taken)."""
+        decoded = []
+        for row in rows:
+            state = _STATES_BY_NAME[row.state]
+            try:
+                submission = decode_job_submission(bytes(row.task_graph), bytes(row.inputs))
+                outputs = (
+                    decode_job_outputs(bytes(row.outputs or b""))
+                    if state is JobState.COMMIT_READY
+                    else []
+                )
+            except (InvalidTaskGraph, InvalidFrame) as error:
+                self._fail_undecodable(row, f"{UNDECODABLE_STORED_JOB}: {error}")
+                continue
+            decoded.append((row, state, submission, outputs))
+        if not decoded:
+            return {}
+        counts = self._write_each(
+            [
+                update(_jobs_table).where(*_unchanged_since(row)).values(owner=self.token)
+                for row, *_ in decoded
+            ],
+            doing=f"adopting {len(decoded)} job(s)",
         )
-        if taken != 1:
-            return None
+        taken = [item for item, count in zip(decoded, counts, strict=True) if count == 1]
+        adopted = {}
+        for row, state, submission, outputs in taken:
+            adopted[row.id] = self._run_adopted(row, state, submission, outputs)
+        return adopted
+
+    def _run_adopted(
+        self, row: Row[Any], state: JobState, submission: JobSubmission, outputs: list[bytes]
+    ) -> _Job:
+        """An adopted job in memory, its tasks queued as after a restart. Holds the condition."""
         job = _build_job(row.id, submission.task_graph, list(submission.inputs), state)
         self._jobs[job.id] = job
         if state is JobState.RUNNING:
