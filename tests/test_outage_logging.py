@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -208,3 +209,29 @@ def test_other_pool_errors_keep_their_level_and_traceback() -> None:
     elsewhere.name = "coordinator.service.coordinator"
     LostPooledConnections().filter(elsewhere)
     assert elsewhere.levelno == logging.ERROR and elsewhere.exc_info is not None
+
+
+def test_an_executor_logs_a_pooled_connection_lost_in_an_outage_as_one_line() -> None:
+    """Seen in CI: an executor's pool logged "Exception during reset or similar" with the
+    driver's whole traceback when MariaDB stopped under a task; the service's filter now runs in
+    the executors too."""
+    script = (
+        "import logging, pymysql\n"
+        "from coordinator.engine.embedded.executor import configure_logging\n"
+        "configure_logging()\n"
+        "lost = pymysql.err.OperationalError(\n"
+        "    2013, 'Lost connection to MySQL server during query'\n"
+        ")\n"
+        "try:\n"
+        "    raise lost\n"
+        "except Exception:\n"
+        "    logging.getLogger('sqlalchemy.pool.impl.QueuePool').exception("
+        "'Exception during reset or similar')\n"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert finished.stderr.splitlines() == [
+        "WARNING:sqlalchemy.pool.impl.QueuePool:discarded a pooled database connection: "
+        "(2013, 'Lost connection to MySQL server during query')"
+    ]

@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from coordinator.store.pool_logs import LostPooledConnections
+
 LogFormat = Literal["text", "json"]
 JOB_FIELDS = ("job_id", "spider_id")
 
@@ -46,31 +48,6 @@ class Text(logging.Formatter):
         ]
         record.job = f"[{' '.join(parts)}] " if parts else ""
         return super().format(record)
-
-
-class LostPooledConnections(logging.Filter):
-    """SQLAlchemy's pool logs an ERROR with a traceback when it cannot roll back a connection it
-    takes back after the database dropped it (an outage begins while a transaction is open). The
-    connection is discarded either way and whoever met the outage logs it once, so such a record
-    becomes one WARNING line without the traceback; any other record passes unchanged."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if not record.name.startswith("sqlalchemy.pool") or error is None:
-            return True
-        # Imported here: configuring the logs must not import SQLAlchemy (start-up time of the
-        # commands without a database, issue 14); a pool's record means it is imported already.
-        from coordinator.store.database import is_transient_driver_error  # noqa: PLC0415
-        from coordinator.store.outage import describe_error  # noqa: PLC0415
-
-        if is_transient_driver_error(error):
-            record.msg, record.args = (
-                "discarded a pooled database connection: %s",
-                (describe_error(error),),
-            )
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.exc_info = record.exc_text = None
-        return True
 
 
 LOGS_DIR_ENV = "CLP_LOGS_DIR"

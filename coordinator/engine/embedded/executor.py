@@ -33,6 +33,7 @@ from coordinator.engine.embedded.protocol import (
 )
 from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.engine.tasks.registry import TaskPackage
+from coordinator.store import pool_logs
 
 _log = logging.getLogger("coordinator.executor")
 
@@ -127,6 +128,13 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def configure_logging() -> None:
+    """Log to stderr (the manager passes it on), a pool's record of a connection an outage
+    dropped as one warning line: an outage drops pooled connections under a task too."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    pool_logs.install(logging.getLogger().handlers)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve requests until stdin closes (or the parent dies)."""
     parser = argparse.ArgumentParser(prog="coordinator-executor")
@@ -135,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.parent_pid is not None:
         die_with_parent(args.parent_pid)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    configure_logging()
     packages = {package.name: package for package in map(load_package, args.package)}
     replies: IO[bytes] = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever tasks print goes to stderr, never into the reply stream
