@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.locations import PROJECT_ROOT
@@ -132,3 +132,16 @@ def wait_for_journal(
                 f"job {job_id}: {len(entries)} {event!r} entries, expected {count}"
             )
         time.sleep(0.02)
+
+
+def record_spider_ids(engine: Engine, spider_ids: list[int]) -> None:
+    """Jobs CLP's Rust coordinator (or a Spider since reset) submitted under these ids."""
+    with engine.begin() as connection:
+        for spider_id in spider_ids:
+            connection.execute(
+                text(
+                    "INSERT INTO compression_jobs (clp_config, status, spider_id) "
+                    "VALUES (:c, 2, :s)"
+                ),
+                {"c": b"earlier", "s": spider_id},
+            )

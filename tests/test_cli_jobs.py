@@ -56,7 +56,7 @@ def _config(dataset: str | None) -> bytes:
                 timestamp_key="timestamp",
                 unstructured=False,
             ),
-            output=output_config_of(ArchiveOutput())  # CLP's defaults,
+            output=output_config_of(ArchiveOutput()),  # CLP's defaults,
         )
     )
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, delete, select, text
+from sqlalchemy import Engine, delete, select
 
 from coordinator.engine.embedded.engine import EmbeddedSpider
 from coordinator.engine.embedded.faults import Fault
@@ -30,6 +30,7 @@ from tests.engine_support import (
     graph,
     journal,
     policy,
+    record_spider_ids,
     running_engine,
     submit,
     task,
@@ -371,23 +372,10 @@ def test_cancelled_after_the_commit_took_effect(migrated_engine: Engine, spider_
 # --- job ids: never below what compression_jobs already records ----------------------------------
 
 
-def _record_spider_ids(engine: Engine, spider_ids: list[int]) -> None:
-    """Jobs CLP's Rust coordinator (or a Spider since reset) submitted under these ids."""
-    with engine.begin() as connection:
-        for spider_id in spider_ids:
-            connection.execute(
-                text(
-                    "INSERT INTO compression_jobs (clp_config, status, spider_id) "
-                    "VALUES (:c, 2, :s)"
-                ),
-                {"c": b"earlier", "s": spider_id},
-            )
-
-
 def test_new_job_ids_stay_above_the_spider_ids_compression_jobs_records(
     migrated_engine: Engine, spider_dir: Path
 ) -> None:
-    _record_spider_ids(migrated_engine, [1, 2, 3, 4, 5, 1000])
+    record_spider_ids(migrated_engine, [1, 2, 3, 4, 5, 1000])
     with running_engine(migrated_engine, spider_dir) as spider:
         group = spider.add_resource_group("rg", PASSWORD)
         first = submit(spider, group, graph(task("echo")), [b"a"])
@@ -395,7 +383,7 @@ def test_new_job_ids_stay_above_the_spider_ids_compression_jobs_records(
         assert (first, second) == (1001, 1002)
         assert spider.get_job_state(first) is JobState.READY
     # The engine's records are reset (Spider's storage wiped): still no id compression_jobs holds.
-    _record_spider_ids(migrated_engine, [first])
+    record_spider_ids(migrated_engine, [first])
     with migrated_engine.begin() as connection:
         connection.execute(delete(EngineJob))
     with running_engine(migrated_engine, spider_dir) as spider:
@@ -406,7 +394,7 @@ def test_new_job_ids_stay_above_the_spider_ids_compression_jobs_records(
 def test_engines_sharing_a_database_register_at_once_with_distinct_ids(
     migrated_engine: Engine, tmp_path: Path
 ) -> None:
-    _record_spider_ids(migrated_engine, [1, 2, 3, 4, 5, 1000])
+    record_spider_ids(migrated_engine, [1, 2, 3, 4, 5, 1000])
     threads_per_engine, jobs_per_thread = 4, 5
     with (
         running_engine(migrated_engine, tmp_path / "a", workers=1) as first,

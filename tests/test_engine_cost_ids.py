@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, delete, event, insert, select, text
+from sqlalchemy import Engine, delete, event, insert, select
 
 from coordinator.engine.embedded.engine import EmbeddedSpider
 from coordinator.spider import task_graph as task_graph_module
@@ -24,7 +24,7 @@ from coordinator.store.clock import utc_now
 from coordinator.store.instances import ENGINE, Presence
 from coordinator.store.schema import EngineJob
 from coordinator.store.stored_archives import record_stored_archive
-from tests.engine_support import graph, settings, submit, task
+from tests.engine_support import graph, record_spider_ids, settings, submit, task
 from tests.paths import stored_record
 
 PASSWORD = b"compression-coordinator"
@@ -39,19 +39,6 @@ def registrar(database: Engine, directory: Path, name: str) -> Iterator[Embedded
         yield EmbeddedSpider(database, settings(database, directory), presence=presence, workers=1)
     finally:
         presence.close()
-
-
-def record_spider_ids(database: Engine, spider_ids: list[int]) -> None:
-    """``compression_jobs`` rows naming these Spider jobs (as a coordinator records them)."""
-    with database.begin() as connection:
-        for spider_id in spider_ids:
-            connection.execute(
-                text(
-                    "INSERT INTO compression_jobs (clp_config, status, spider_id) "
-                    "VALUES (:c, 2, :s)"
-                ),
-                {"c": b"earlier", "s": spider_id},
-            )
 
 
 def register(spider: EmbeddedSpider, group: int, payload: bytes = b"a") -> int:

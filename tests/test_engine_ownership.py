@@ -24,12 +24,11 @@ from sqlalchemy import Engine, insert, select, update
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.config.locations import PROJECT_ROOT
 from coordinator.engine.embedded.engine import UNDECODABLE_STORED_JOB, EmbeddedSpider
-from coordinator.lifecycle import Actor, JobStatus
+from coordinator.lifecycle import JobStatus
 from coordinator.runtime import embedded_spider, open_engine, open_runtime
 from coordinator.spider.port import JobState, start_if_ready
 from coordinator.spider.wire import encode_job_inputs
 from coordinator.store.clock import utc_now
-from coordinator.store.guarded import Applied
 from coordinator.store.instances import ENGINE, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import EngineJob
@@ -45,7 +44,7 @@ from tests.engine_support import (
     wait_for_journal,
 )
 from tests.engine_tasks import release
-from tests.paths import request
+from tests.paths import new_job_in
 from tests.processes import children, is_running
 
 pytestmark = pytest.mark.slow  # several real engines and their executors
@@ -222,18 +221,7 @@ def test_a_gone_owners_unrecorded_ready_job_is_cancelled_not_adopted(
         unrecorded = submit(first, group, graph(task("echo")), [b"a"])
         recorded = submit(first, group, graph(task("echo")), [b"b"])
     store = JobStore(migrated_engine)
-    job_id = store.create_job(b"clp-config")
-    submitted = store.transition(
-        request(
-            job_id,
-            "submitted",
-            JobStatus.PENDING,
-            JobStatus.RUNNING,
-            Actor.COORDINATOR,
-            spider_id=recorded,
-        )
-    )
-    assert isinstance(submitted, Applied)
+    new_job_in(store, JobStatus.RUNNING, spider_id=recorded)
 
     def owners() -> dict[int, str | None]:
         with migrated_engine.connect() as connection:

@@ -13,30 +13,19 @@ from contextlib import contextmanager
 
 from sqlalchemy import Engine, delete, event, inspect, select, text
 
-from coordinator.lifecycle import Actor, JobStatus
+from coordinator.lifecycle import JobStatus
 from coordinator.store.archives import Publication, publish_archives
 from coordinator.store.datasets import archives_table, dataset_tables
 from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.schema import Dataset
 from coordinator.task_io import ArchiveMetadata
-from tests.paths import SPIDER_ID, request
+from tests.paths import SPIDER_ID, new_job_in
 
 DATASET = "web"
 
 
 def _running_job(store: JobStore, spider_id: int) -> int:
-    job_id = store.create_job(b"clp-config")
-    store.transition(
-        request(
-            job_id,
-            "submitted",
-            JobStatus.PENDING,
-            JobStatus.RUNNING,
-            Actor.COORDINATOR,
-            spider_id=spider_id,
-        )
-    )
-    return job_id
+    return new_job_in(store, JobStatus.RUNNING, spider_id=spider_id)
 
 
 def _publish(store: JobStore, spider_id: int, archive_id: str) -> Publication:
