@@ -340,11 +340,9 @@ class Coordinator:
             return
         try:
             self.outcomes.conclude(ended)
-        except SQLAlchemyError as error:
-            if is_transient(error):
+        except Exception as error:
+            if isinstance(error, SQLAlchemyError) and is_transient(error):
                 raise  # the database is down: the whole tick waits
-            self._conclude_each(ended)
-        except Exception:
             self._conclude_each(ended)
 
     def _conclude_each(self, ended: list[Ended]) -> None:

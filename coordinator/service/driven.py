@@ -88,10 +88,6 @@ Driven = dict[int, DrivenJob]
 """The jobs a coordinator drives, by job id (shared by the loop's parts)."""
 
 
-class _Unpublished(Exception):
-    """Finalising found no evidence of the job's publication (the message says what is missing)."""
-
-
 @dataclass(frozen=True)
 class Loop:
     """One coordinator's loop: its collaborators, its driven jobs, and the moves it makes."""
@@ -119,21 +115,26 @@ class Loop:
         target: JobStatus,
         reason: str,
         effects: Effects | None = None,
-        *,
-        settling: _Settling | None = None,
     ) -> TransitionResult:
         """Move ``job`` from its known state to ``target`` by ``trigger``, fenced by its lease.
 
-        A terminal move releases the lease and settles the archive records in its own transaction
-        (``settling``: with the evidence the move's effects read, if any); a terminal move or a
-        lost race stops driving the job. Raises what ``JobStore.transition`` raises (``effects``'
-        exceptions roll the move back).
+        A terminal move releases the lease and settles the archive records in its own
+        transaction; a terminal move or a lost race stops driving the job. Raises what
+        ``JobStore.transition`` raises (``effects``' exceptions roll the move back).
         """
         if target.is_terminal:
-            effects = self._ending(job, effects, settling or _Settling(job))
+            effects = self._ending(job, effects, _Settling(job))
         result = self.store.transition(self._request(job, trigger, target, reason), effects=effects)
         self._moved(job, trigger, target, reason, result)
         return result
+
+    def finalise_or_unpublish(self, jobs: Sequence[tuple[DrivenJob, Reaction]]) -> None:
+        """``finalise`` the jobs; each whose publication has a gap then takes ``UNPUBLISHED`` on
+        its own, what is missing in its ``status_msg``. No job is driven afterwards. Raises what
+        ``finalise`` and ``react`` raise."""
+        for job, gap in self.finalise(jobs):
+            _log.warning("not finalised: %s", gap, extra=job.log())
+            self.react(job, UNPUBLISHED, error=gap)
 
     def finalise(self, jobs: Sequence[tuple[DrivenJob, Reaction]]) -> list[tuple[DrivenJob, str]]:
         """Take each job's move on evidence (``reaction.on_evidence``: Committed → Succeeded), all
@@ -160,7 +161,7 @@ class Loop:
         with self.engine.begin() as connection:
             for job, request in moves:
                 publication = read_publication(connection, job.job_id, job.spider_id)
-                gap = publication_gap(connection, job.job_id, job.spider_id, publication)
+                gap = publication_gap(connection, job.job_id, publication)
                 if gap is not None:
                     gaps.append((job, gap))
                     continue
@@ -233,19 +234,7 @@ class Loop:
             return
         message = reaction.status_msg(spider_id=job.spider_id, **fields)
         if reaction.on_evidence:
-            settling = _Settling(job)
-            try:
-                self.move(
-                    job,
-                    reaction.trigger,
-                    reaction.target,
-                    message,
-                    self._require_publication(job, settling),
-                    settling=settling,
-                )
-            except _Unpublished as gap:
-                _log.warning("not finalised: %s", gap, extra=job.log())
-                self.react(job, UNPUBLISHED, error=gap)
+            self.finalise_or_unpublish([(job, reaction)])
             return
         if not reaction.withdraws:
             self.move(job, reaction.trigger, reaction.target, message)
@@ -257,19 +246,6 @@ class Loop:
         if isinstance(result, Applied):
             metrics.ROLLBACKS.labels(reaction.target.name.lower()).inc()
             metrics.ARCHIVES_WITHDRAWN.labels("rollback").inc(sum(withdrawn))
-
-    @staticmethod
-    def _require_publication(job: DrivenJob, settling: _Settling) -> Effects:
-        job_id, spider_id = job.job_id, job.spider_id
-
-        def require_publication(connection: Connection, _: Applied) -> None:
-            publication = read_publication(connection, job_id, spider_id)
-            gap = publication_gap(connection, job_id, spider_id, publication)
-            if gap is not None:
-                raise _Unpublished(gap)
-            settling.publication = publication
-
-        return require_publication
 
     @staticmethod
     def _withdraw(job: DrivenJob, counts: list[int]) -> Effects:

@@ -24,7 +24,6 @@ from coordinator.archive_storage import ArchiveOutputSettings
 from coordinator.lifecycle import (
     GIVING_UP,
     IN_FLIGHT_STATUSES,
-    UNPUBLISHED,
     JobStatus,
     Outcome,
     Reaction,
@@ -149,9 +148,7 @@ class OutcomeHandler:
                 finalising.append((job, reaction))
             else:
                 alone.append((job, reaction, outcome))
-        for job, gap in self.loop.finalise(finalising):
-            _log.warning("not finalised: %s", gap, extra=job.log())
-            self.loop.react(job, UNPUBLISHED, error=gap)
+        self.loop.finalise_or_unpublish(finalising)
         for job, reaction, outcome in alone:
             moves = reaction.trigger is not None
             error = self._spider_error(job) if moves and outcome is Outcome.FAILED else ""

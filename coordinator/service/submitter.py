@@ -92,12 +92,6 @@ class Submitter:
         """Datasets seen registered under exactly their name (``prepare``'s letter-case check is
         then not read again: the commit checks it anyway)."""
 
-    def submit(self, job: DrivenJob) -> None:
-        """Submit ``job`` (or end it, when it never can run). Raises the driver's errors."""
-        registered = self.register(job)
-        if registered is not None:
-            self.record_and_start([registered])
-
     def register(self, job: DrivenJob) -> Registered | None:
         """Prepare and register ``job`` with Spider (or end it, when it never can run); the
         registration to record, ``None`` when there is none. Raises the driver's errors."""

@@ -246,13 +246,6 @@ def ensure_dataset_tables(engine: Engine, dataset: str) -> None:
             create_table_if_missing(connection, table)
 
 
-def registered_with_other_case(connection: Connection, name: str) -> str | None:
-    """The registered dataset whose name differs from ``name`` only in letter case, if any."""
-    return next(
-        (other for other in registered_in_any_case(connection, name) if other != name), None
-    )
-
-
 def registered_in_any_case(connection: Connection, name: str) -> list[str]:
     """The registered datasets whose name equals ``name`` but for letter case (``name`` itself
     included when registered). Raises the driver's errors."""

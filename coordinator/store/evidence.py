@@ -102,16 +102,13 @@ def _published_rows(table: Table) -> Select[tuple[str, int]]:
 def publication_gap(
     connection: Connection,
     job_id: int,
-    spider_job_id: int | None,
-    publication: PublicationEvidence | None = None,
+    publication: PublicationEvidence,
 ) -> str | None:
     """Why the job's publication is not complete, or ``None`` when it is (see the module).
 
-    ``publication`` is what ``read_publication`` read in this transaction (read here when not
-    given). Raises what ``read_publication`` raises.
+    ``publication`` is what ``read_publication`` read in this transaction. Raises the driver's
+    errors.
     """
-    if publication is None:
-        publication = read_publication(connection, job_id, spider_job_id)
     if not publication.sizes:
         return "none of its archives is published"
     total = sum(publication.sizes.values())

@@ -698,14 +698,18 @@ class EmbeddedSpider:
         """Whether an assignment waits (after waiting at most ``timeout`` seconds for one), without
         taking it: an execution manager starts its executor only then (``manager``)."""
         with self._condition:
-            if not self._termination_lane and not self._regular_lane and not self._closed:
-                self._condition.wait(timeout)
+            self._wait_for_work(timeout)
             return not self._closed and bool(self._termination_lane or self._regular_lane)
+
+    def _wait_for_work(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for a lane to fill, unless one holds work or the
+        engine is closed. Holds the condition."""
+        if not self._termination_lane and not self._regular_lane and not self._closed:
+            self._condition.wait(timeout)
 
     def _next_assignment(self, timeout: float) -> Assignment | None:
         with self._condition:
-            if not self._termination_lane and not self._regular_lane and not self._closed:
-                self._condition.wait(timeout)
+            self._wait_for_work(timeout)
             while not self._closed:
                 lane = self._termination_lane or self._regular_lane
                 if not lane:

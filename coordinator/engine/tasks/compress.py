@@ -199,7 +199,16 @@ def clp_s_s3_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
                 f"cannot write the object list {list_file} in the staging directory: "
                 f"{describe_os_error(error)}"
             ) from error
-        command = _clp_s_command(binary, request.option, clp_s_input, output_directory, list_file)
+        option = request.option
+        command = clp_s_command(
+            binary,
+            output_directory,
+            list_file,
+            target_encoded_size=option.target_encoded_size,
+            compression_level=option.compression_level,
+            timestamp_key=option.timestamp_key,
+            s3=clp_s_input.s3,
+        )
         archives = _run_clp_s_retrying(
             ctx, command, clp_s_input.environment, request, output_directory
         )
@@ -356,24 +365,6 @@ def _scratch_directory(ctx: TaskContext) -> Path:
         raise TaskError(
             f"cannot create a scratch directory in {staging}: {describe_os_error(error)}"
         ) from error
-
-
-def _clp_s_command(
-    binary: Path,
-    option: ClpSCompressionOption,
-    clp_s_input: _ClpSInput,
-    output_directory: Path,
-    list_file: Path,
-) -> list[str]:
-    return clp_s_command(
-        binary,
-        output_directory,
-        list_file,
-        target_encoded_size=option.target_encoded_size,
-        compression_level=option.compression_level,
-        timestamp_key=option.timestamp_key,
-        s3=clp_s_input.s3,
-    )
 
 
 def clp_s_command(
