@@ -32,6 +32,7 @@ from coordinator.store.jobs import JobStore, job_state
 from tests.service_support import (
     SpiderProxy,
     coordinator_with,
+    engine_jobs,
     job_row,
     put_logs,
     run_until_idle,
@@ -206,15 +207,17 @@ def test_a_failure_of_the_recording_together_counts_only_against_its_own_job(
         assert "needs a task count" in (job_row(rt, bad).status_msg or "")
 
 
-def test_an_outage_while_recording_the_submission_leaves_the_job_to_be_submitted_again(
+def test_an_outage_while_recording_the_submission_leaves_the_job_to_be_recorded_again(
     config: CoordinatorConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The move that records the Spider job meets an outage: nothing is recorded, the tick fails,
-    and the next one registers the job anew. Before, the driven job kept the Spider id of the
-    failed record, and the next tick ended the job Failed as one that "already records" it."""
+    and the next one records the same registration (never registering the job twice). Before,
+    the driven job kept the Spider id of the failed record, and the next tick ended the job Failed
+    as one that "already records" it."""
     put_logs(config, tmp_path, ["svc0"])
     with open_runtime(config, lease_secs=5) as rt:
         job_id = submit_job(config, rt.engine, timestamp_key="timestamp")
+        registered_before = engine_jobs(rt.engine)
         real = JobStore.transition_all
         outages = [OperationalError("UPDATE", None, sqlite3.OperationalError("database is locked"))]
 
@@ -230,3 +233,4 @@ def test_an_outage_while_recording_the_submission_leaves_the_job_to_be_submitted
         run_until_idle(coordinator)
         assert job_state(job_row(rt, job_id)) is JobStatus.SUCCEEDED
         assert triggers(rt, job_id) == ["submitted", "committed", "finalised"]
+        assert engine_jobs(rt.engine) == registered_before + 1  # registered once

@@ -37,7 +37,7 @@ from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store import leases
 from coordinator.store.archives import withdraw_archives
-from coordinator.store.database import is_transient
+from coordinator.store.database import is_transient, retrying_deadlocks
 from coordinator.store.evidence import PublicationEvidence, publication_gap, read_publication
 from coordinator.store.guarded import (
     Applied,
@@ -86,6 +86,9 @@ Clock = Callable[[], float]
 
 Driven = dict[int, DrivenJob]
 """The jobs a coordinator drives, by job id (shared by the loop's parts)."""
+
+_Moves = list[tuple[DrivenJob, TransitionRequest, TransitionResult]]
+"""Finalising moves taken in one transaction, with their results."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class Loop:
         transition fenced by its lease, with its history row, lease release and settlement (as
         ``move`` takes it), so one job's gap or lost race leaves the others' moves alone. Every
         job is no longer driven afterwards, except those returned (the caller reacts to their gap).
+        A transaction MariaDB picks as a deadlock's victim runs again (``retrying_deadlocks``).
         Raises what ``JobStore.apply`` raises, and the evidence's errors: the whole transaction is
         then rolled back and no job has moved.
         """
@@ -156,19 +160,24 @@ class Loop:
             request = self._request(job, reaction.trigger, reaction.target, message)
             validate_request(request)  # before BEGIN: a refused request must not take a lock
             moves.append((job, request))
-        gaps: list[tuple[DrivenJob, str]] = []
-        results: list[tuple[DrivenJob, TransitionRequest, TransitionResult]] = []
-        with self.engine.begin() as connection:
-            for job, request in moves:
-                publication = read_publication(connection, job.job_id, job.spider_id)
-                gap = publication_gap(connection, job.job_id, publication)
-                if gap is not None:
-                    gaps.append((job, gap))
-                    continue
-                result = self.store.apply(connection, request)
-                if isinstance(result, Applied):
-                    self._ending(job, None, _Settling(job, publication))(connection, result)
-                results.append((job, request, result))
+
+        def finalise_all() -> tuple[list[tuple[DrivenJob, str]], _Moves]:
+            gaps: list[tuple[DrivenJob, str]] = []
+            results: _Moves = []
+            with self.engine.begin() as connection:
+                for job, request in moves:
+                    publication = read_publication(connection, job.job_id, job.spider_id)
+                    gap = publication_gap(connection, job.job_id, publication)
+                    if gap is not None:
+                        gaps.append((job, gap))
+                        continue
+                    result = self.store.apply(connection, request)
+                    if isinstance(result, Applied):
+                        self._ending(job, None, _Settling(job, publication))(connection, result)
+                    results.append((job, request, result))
+            return gaps, results
+
+        gaps, results = retrying_deadlocks(finalise_all)
         for job, request, result in results:
             count_committed(request, result)
             self._moved(job, request.trigger, request.target, request.reason, result)

@@ -2,10 +2,14 @@
 
 For each claimed Pending job: prepare it (objects, partitions, graph; a job that can never run ends
 Failed with the reason), create the dataset's tables, RegisterJob, record ``spider_id`` with
-Pending → Running in one guarded transition, and only then StartJob. If the record fails, the
-registered Spider job is abandoned Ready, never started, so nothing runs untracked
-(``cancel_if_safe`` never cancels a Ready job: with a cleanup task that is fatal). A Pending row
-that already records a Spider job is never registered again: it ends by the ``abandoned`` edge.
+Pending → Running in one guarded transition, and only then StartJob. If the record loses its
+race, the registered Spider job is abandoned Ready, never started, so nothing runs untracked
+(``cancel_if_safe`` never cancels a Ready job: with a cleanup task that is fatal). If the record
+fails (an outage, a deadlock past its retries, any error), the registration is kept while the job
+is driven and recorded on the next attempt, never registered again; when the failed commit had in
+fact happened, the next record finds the row Running with this very Spider job and starts it. A
+Pending row that already records a Spider job is never registered again: it ends by the
+``abandoned`` edge.
 
 RegisterJob is not retried within a call: after an ambiguous failure the job stays Pending and is
 registered anew on a later tick; a registration that did happen stays an orphan Ready job in
@@ -91,6 +95,9 @@ class Submitter:
         self._datasets_registered_as_named: set[str] = set()
         """Datasets seen registered under exactly their name (``prepare``'s letter-case check is
         then not read again: the commit checks it anyway)."""
+        self._unrecorded: dict[int, Registered] = {}
+        """Registrations whose record has not succeeded yet, by job id (kept for the next attempt
+        while the very same ``DrivenJob`` is driven)."""
 
     def register(self, job: DrivenJob) -> Registered | None:
         """Prepare and register ``job`` with Spider (or end it, when it never can run); the
@@ -98,14 +105,19 @@ class Submitter:
         if job.spider_id is not None:
             self._end_recorded_submission(job)
             return None
+        self._forget_undriven()
+        unrecorded = self._unrecorded.get(job.job_id)
+        if unrecorded is not None:
+            return unrecorded  # an earlier record failed: record this registration, not a new one
         prepared = self._prepare(job)
         if prepared is None:
             return None
         spider_id = self._register(job, prepared)
         if spider_id is None:
             return None
+        registered = self._unrecorded[job.job_id] = Registered(job, prepared, spider_id)
         crashpoints.crashpoint("registered")
-        return Registered(job, prepared, spider_id)
+        return registered
 
     def record(self, registered: Sequence[Registered]) -> list[TransitionResult]:
         """Record every registration (``submitted``: Pending → Running with the Spider job id)
@@ -123,7 +135,10 @@ class Submitter:
         """After ``record``: start the Spider job of a recorded submission (state first), or
         abandon the registration whose record failed."""
         job = item.job
-        if not isinstance(result, Applied):
+        self._unrecorded.pop(job.job_id, None)
+        if isinstance(result, LostRace) and _recorded_before(item, result):
+            _log.info("an earlier, failed record of the submission had committed", extra=job.log())
+        elif not isinstance(result, Applied):
             self._abandon_registration(job, item.spider_id, result)
             return
         job.status, job.spider_id = JobStatus.RUNNING, item.spider_id
@@ -139,6 +154,14 @@ class Submitter:
         """``record``, then ``start`` each. Raises what ``record`` raises."""
         for item, result in zip(registered, self.record(registered), strict=True):
             self.start(item, result)
+
+    def _forget_undriven(self) -> None:
+        """Drop the kept registrations of jobs no longer driven as they were (ended, their lease
+        lost, or claimed anew): their Spider jobs stay Ready orphans, which Spider tolerates."""
+        driven = self.loop.driven
+        for job_id, item in list(self._unrecorded.items()):
+            if driven.get(job_id) is not item.job:
+                del self._unrecorded[job_id]
 
     def _prepare(self, job: DrivenJob) -> PreparedJob | None:
         """The job's submission, or ``None`` when it was cancelled, rejected or must wait."""
@@ -268,3 +291,14 @@ class Submitter:
             outcome = RECORDED_SPIDER_JOB_STATES.get(state, f"it is {state.name.lower()}")
         message = RECORDED_SPIDER_JOB.format(spider_id=spider_id, outcome=outcome)
         self.loop.move(job, Trigger.ABANDONED, JobStatus.FAILED, message)
+
+
+def _recorded_before(item: Registered, race: LostRace) -> bool:
+    """Whether the row lost to ``item``'s record holds ``item`` recorded: Running with its Spider
+    job under the same lease, which only an earlier record of it can have written (a commit whose
+    error left its outcome unknown)."""
+    return (
+        race.state is JobStatus.RUNNING
+        and race.spider_id == item.spider_id
+        and race.lease_epoch == item.job.epoch
+    )

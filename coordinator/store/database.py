@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -20,6 +21,11 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from coordinator.errors import CoordinatorError
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+MYSQL_DEADLOCK = 1213
+DEADLOCK_ATTEMPTS = 3
+"""How often ``retrying_deadlocks`` runs a transaction that MariaDB chose as a deadlock's victim."""
+
+_T = TypeVar("_T")
 
 
 class NoDatabase(CoordinatorError, FileNotFoundError):
@@ -116,7 +122,7 @@ _TRANSIENT_MYSQL_ERRORS = frozenset(
         1040,  # too many connections
         1053,  # server shutdown in progress
         1205,  # lock wait timeout
-        1213,  # deadlock
+        MYSQL_DEADLOCK,
         1927,  # connection was killed
         2002,  # cannot connect through the socket
         2003,  # cannot connect to the server
@@ -154,3 +160,29 @@ def is_transient_driver_error(error: BaseException) -> bool:
         text = str(error).lower()
         return any(word in text for word in _TRANSIENT_SQLITE_WORDS)
     return False
+
+
+def is_deadlock(error: SQLAlchemyError) -> bool:
+    """Whether ``error`` is MariaDB's deadlock (1213): it rolled the whole transaction back."""
+    original = getattr(error, "orig", None)
+    arguments: tuple[object, ...] = tuple(getattr(original, "args", ()))
+    return len(arguments) > 0 and arguments[0] == MYSQL_DEADLOCK
+
+
+def retrying_deadlocks(transaction: Callable[[], _T], *, attempts: int = DEADLOCK_ATTEMPTS) -> _T:
+    """``transaction()`` (which opens, runs and commits one whole transaction), run again at once
+    when MariaDB chose it as a deadlock's victim, at most ``attempts`` times in all.
+
+    A deadlock is not an outage: MariaDB has rolled the victim back ("try restarting transaction")
+    and the other transaction goes on, so running it again at once succeeds, where waiting out an
+    outage would pause the whole loop and drop the work done before the transaction (a Spider
+    registration not yet recorded). ``transaction`` must keep nothing of a rolled-back attempt.
+    Raises the last deadlock after ``attempts`` of them, and any other error at once.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return transaction()
+        except SQLAlchemyError as error:
+            if attempt == attempts or not is_deadlock(error):
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")

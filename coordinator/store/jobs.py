@@ -23,7 +23,7 @@ from coordinator.lifecycle import (
 )
 from coordinator.store import names
 from coordinator.store.clock import Clock, utc_now
-from coordinator.store.database import is_mysql
+from coordinator.store.database import is_mysql, retrying_deadlocks
 from coordinator.store.guarded import (
     Applied,
     TransitionRequest,
@@ -94,13 +94,19 @@ class JobStore:
         """Apply each of ``requests`` in one transaction; their results, in order.
 
         Each is its own guarded move with its own history row, so one that loses its race leaves
-        the others applied. Raises as ``transition`` does: a refused request before any SQL, and
-        the database's errors, after which no move of the batch is kept.
+        the others applied. A transaction MariaDB picks as a deadlock's victim runs again
+        (``retrying_deadlocks``: the rows of a batch are locked one by one, so two writers can
+        meet in opposite orders). Raises as ``transition`` does: a refused request before any SQL,
+        and the database's errors, after which no move of the batch is kept.
         """
         for request in requests:
             validate_request(request)  # before BEGIN: a refused request must not take any lock
-        with self.engine.begin() as connection:
-            results = [self.apply(connection, request) for request in requests]
+
+        def apply_all() -> list[TransitionResult]:
+            with self.engine.begin() as connection:
+                return [self.apply(connection, request) for request in requests]
+
+        results = retrying_deadlocks(apply_all)
         for request, result in zip(requests, results, strict=True):
             count_committed(request, result)
         return results

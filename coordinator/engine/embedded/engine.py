@@ -156,7 +156,7 @@ from coordinator.spider.task_graph import (
 )
 from coordinator.spider.wire import InvalidFrame, decode_job_outputs, encode_job_outputs
 from coordinator.store.clock import utc_now
-from coordinator.store.database import is_transient
+from coordinator.store.database import is_deadlock, is_transient
 from coordinator.store.instances import (
     DEFAULT_STALE_AFTER_SECS,
     ENGINE,
@@ -228,7 +228,6 @@ _ADOPT_BATCH = 100
 
 _ID_ATTEMPTS = 50
 """How often ``register_job`` picks a new id after losing it to another engine (or a deadlock)."""
-_MYSQL_DEADLOCK = 1213
 
 
 class _JobLost(Exception):
@@ -493,7 +492,7 @@ class EmbeddedSpider:
             except (ResourceGroupExists, IntegrityError):
                 continue  # another engine created it meanwhile: read its row
             except OperationalError as error:
-                if not _is_deadlock(error):
+                if not is_deadlock(error):
                     raise
         raise ServerError(f"{INTERNAL_ERROR}: cannot resolve resource group {external_id!r}")
 
@@ -558,7 +557,7 @@ class EmbeddedSpider:
             except IntegrityError:
                 _log.debug("job id taken by another engine meanwhile; choosing again")
             except OperationalError as error:
-                if not _is_deadlock(error):
+                if not is_deadlock(error):
                     raise
                 _log.debug("deadlock while choosing a job id; choosing again")
         raise ServerError(f"{INTERNAL_ERROR}: no free job id after {_ID_ATTEMPTS} attempts")
@@ -1374,12 +1373,6 @@ class _IdChooser:
         self._stored = max(self._stored, job_id)
         if self._lowest is None:
             self._lowest = job_id  # the table's first row: not a reset
-
-
-def _is_deadlock(error: OperationalError) -> bool:
-    """MariaDB's deadlock (1213), which concurrent inserts of one key can cause: retry."""
-    args: tuple[object, ...] = tuple(getattr(error.orig, "args", ()))
-    return len(args) > 0 and args[0] == _MYSQL_DEADLOCK
 
 
 def _runnable(job: _Job, task: _Task) -> bool:
