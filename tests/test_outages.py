@@ -317,15 +317,21 @@ def test_the_service_survives_a_database_outage(
     print("\n".join(reported))
     assert tracebacks == [], "\n".join(lines)
     assert errors == [], "\n".join(errors)
-    # The loop: its start, summaries at attempts 2, 4, 8 (a 30 s outage), its end.
+    # The loop: its start, summaries at attempts 2, 4, 8 (a 30 s outage), its end. A tick that
+    # was polling when the database went waits inside the embedded engine, which holds its state
+    # while its writes wait out the outage (and logs it): the loop may then meet no outage itself.
     loop = by_source["loop"]
-    assert loop[0].split(" WARNING ")[1].startswith("the database is unavailable ("), loop
-    assert "the database is available again after" in loop[-1], loop
-    assert len(loop) <= 6, loop
+    assert loop or by_source["engine"], by_source
+    if loop:
+        assert loop[0].split(" WARNING ")[1].startswith("the database is unavailable ("), loop
+        assert "the database is available again after" in loop[-1], loop
+        assert len(loop) <= 6, loop
     # The heartbeat and the engine (all its threads together): a start and an end each.
     assert len(by_source["heartbeat"]) <= 2 and len(by_source["engine"]) <= 2, by_source
     # Each task instance that met the outage: a start and an end.
-    instances = {re.findall(r" task (\S+#\d+)", line)[0] for line in by_source["tasks"]}
+    named = [re.search(r" task (\S+#\d+)", line) for line in by_source["tasks"]]
+    assert all(named), by_source["tasks"]  # each names its task instance
+    instances = {found.group(1) for found in named if found}
     assert len(by_source["tasks"]) <= 2 * len(instances), by_source["tasks"]
 
 
