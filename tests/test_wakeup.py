@@ -16,7 +16,9 @@ from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.lifecycle import JobStatus
 from coordinator.runtime import open_runtime
+from coordinator.service.driven import DrivenJob
 from coordinator.service.ingest import submit_job
+from coordinator.service.outcomes import Ended
 from coordinator.spider.port import JobState
 from coordinator.store.jobs import job_state
 from tests.engine_support import wait_for
@@ -136,3 +138,32 @@ def test_a_tick_polls_in_flight_jobs_while_it_submits(
             JobStatus.COMMITTED,
             JobStatus.SUCCEEDED,
         )
+
+
+def test_a_tick_hands_only_the_jobs_due_to_the_pool(
+    config: CoordinatorConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick woken by one job's end polls that job only. Before, every job in flight was handed
+    to the pool at every tick, where all but the due ones returned at once (a future each)."""
+    with open_runtime(config, lease_secs=30) as rt:
+        coordinator = coordinator_with(rt, clock=lambda: 0.0)  # polled only when woken
+        job_ids = [submit_job(config, rt.engine, timestamp_key="timestamp") for _ in range(3)]
+        coordinator.tick()
+        spider_ids = [job_row(rt, job_id).spider_id for job_id in job_ids]
+        assert None not in spider_ids
+        polled: list[int] = []
+        poll = coordinator._poll_guarded
+
+        def counted(job: DrivenJob) -> Ended | None:
+            polled.append(job.job_id)
+            return poll(job)
+
+        monkeypatch.setattr(coordinator, "_poll_guarded", counted)
+        coordinator.tick()
+        assert polled == []  # none is due: the clock is frozen and none was woken
+        assert spider_ids[0] is not None
+        wait_for(rt.spider, spider_ids[0], JobState.SUCCEEDED)
+        coordinator.wake(spider_ids[0])
+        report = coordinator.tick()
+        assert polled == [job_ids[0]]
+        assert report.concluded == [job_ids[0]]

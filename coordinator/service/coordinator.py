@@ -258,7 +258,12 @@ class Coordinator:
         # Every poll ends before the tick goes on (a transient error included); the jobs Spider
         # ended are then concluded together by this thread (one finalising transaction).
         pending = [job for job in jobs if job.status is JobStatus.PENDING]
-        polled = [job for job in jobs if job.status is not JobStatus.PENDING]
+        # Only the jobs due are handed to the pool: a tick woken by one job's end would otherwise
+        # queue a no-op for every other job in flight (a future each, issue 14).
+        now = self.loop.monotonic()
+        polled = [
+            job for job in jobs if job.status is not JobStatus.PENDING and now >= job.next_poll
+        ]
         if polled and self._advancing is None:
             self._advancing = ThreadPoolExecutor(ADVANCE_CONCURRENCY, thread_name_prefix="advance")
         pool = self._advancing
@@ -328,9 +333,7 @@ class Coordinator:
             self._guarded(item.job, partial(self.submitter.start, item, result))
 
     def _poll_guarded(self, job: DrivenJob) -> Ended | None:
-        """Poll an in-flight ``job`` when it is due (on a pool thread); Spider's final word."""
-        if self.loop.monotonic() < job.next_poll:
-            return None
+        """Poll an in-flight ``job`` that is due (on a pool thread); Spider's final word."""
         return self._guarded(job, lambda: self.outcomes.poll(job))
 
     def _conclude(self, ended: list[Ended]) -> None:
