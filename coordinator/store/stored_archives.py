@@ -67,6 +67,35 @@ _ATTRIBUTE = (
     )
     .values(job_id=bindparam("owner"))
 )
+_CLAIM_FOR_REMOVAL = (
+    update(_stored)
+    .where(_stored.c.id.in_(bindparam("record_ids", expanding=True)))
+    .values(state=REMOVING)
+)
+_MARK_PUBLISHED = (
+    update(_stored)
+    .where(_stored.c.id.in_(bindparam("record_ids", expanding=True)), _stored.c.state == STORED)
+    .values(state=PUBLISHED)
+)
+_RECORDS_OF_JOB = (
+    select(_stored).where(_stored.c.job_id == bindparam("job_id")).order_by(_stored.c.id)
+)
+_ATTRIBUTE_UNAMBIGUOUS = (
+    update(_stored)
+    .where(
+        _stored.c.job_id.is_(None),
+        select(func.count()).where(_jobs.c.spider_id == _stored.c.spider_job_id).scalar_subquery()
+        == 1,
+    )
+    .values(
+        job_id=select(_jobs.c.id)
+        .where(_jobs.c.spider_id == _stored.c.spider_job_id)
+        .scalar_subquery()
+    )
+)
+_ATTRIBUTE_UNAMBIGUOUS_OF_ONE = _ATTRIBUTE_UNAMBIGUOUS.where(
+    _stored.c.spider_job_id == bindparam("w_spider_job")
+)
 
 
 @dataclass(frozen=True)
@@ -118,9 +147,7 @@ def claim_for_removal(connection: Connection, record_ids: Sequence[int]) -> None
     """Mark the records ``removing`` (clean-up is about to remove their files)."""
     for start in range(0, len(record_ids), _BATCH):
         connection.execute(
-            update(_stored)
-            .where(_stored.c.id.in_(list(record_ids[start : start + _BATCH])))
-            .values(state=REMOVING)
+            _CLAIM_FOR_REMOVAL, {"record_ids": list(record_ids[start : start + _BATCH])}
         )
 
 
@@ -128,12 +155,7 @@ def mark_published(connection: Connection, record_ids: Sequence[int]) -> None:
     """``stored`` → ``published``: a Succeeded job's published archives, kept for good."""
     for start in range(0, len(record_ids), _BATCH):
         connection.execute(
-            update(_stored)
-            .where(
-                _stored.c.id.in_(list(record_ids[start : start + _BATCH])),
-                _stored.c.state == STORED,
-            )
-            .values(state=PUBLISHED)
+            _MARK_PUBLISHED, {"record_ids": list(record_ids[start : start + _BATCH])}
         )
 
 
@@ -173,7 +195,8 @@ def stored_archives(connection: Connection, spider_job_id: int) -> list[StoredAr
 
 def stored_archives_of_job(connection: Connection, job_id: int) -> list[StoredArchiveRecord]:
     """Every archive recorded for the compression job, oldest first."""
-    return _records(connection, _stored.c.job_id == job_id)
+    rows = connection.execute(_RECORDS_OF_JOB, {"job_id": job_id}).mappings()
+    return [StoredArchiveRecord(**row) for row in rows]
 
 
 def tasks_with_stored_archives(connection: Connection, job_id: int) -> int:
@@ -245,17 +268,10 @@ def attribute_unambiguous_records(connection: Connection, spider_job_id: int | N
     foreign writer had already finished the job) become attributable once the job row is known;
     an id several jobs share stays unattributed. ``spider_job_id`` limits this to one Spider job.
     """
-    jobs_with_id = select(func.count()).where(_jobs.c.spider_id == _stored.c.spider_job_id)
-    only = [] if spider_job_id is None else [_stored.c.spider_job_id == spider_job_id]
-    result = connection.execute(
-        update(_stored)
-        .where(*only, _stored.c.job_id.is_(None), jobs_with_id.scalar_subquery() == 1)
-        .values(
-            job_id=select(_jobs.c.id)
-            .where(_jobs.c.spider_id == _stored.c.spider_job_id)
-            .scalar_subquery()
-        )
-    )
+    if spider_job_id is None:
+        result = connection.execute(_ATTRIBUTE_UNAMBIGUOUS)
+    else:
+        result = connection.execute(_ATTRIBUTE_UNAMBIGUOUS_OF_ONE, {"w_spider_job": spider_job_id})
     return int(result.rowcount)
 
 
