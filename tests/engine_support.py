@@ -26,6 +26,7 @@ from coordinator.spider.task_graph import (
     struct_value,
 )
 from coordinator.spider.wire import encode_job_inputs
+from coordinator.store.instances import ENGINE, Presence
 
 TEST_PACKAGES = {"test": "tests.engine_tasks:package"}
 
@@ -145,3 +146,13 @@ def record_spider_ids(engine: Engine, spider_ids: list[int]) -> None:
                 ),
                 {"c": b"earlier", "s": spider_id},
             )
+
+
+@contextmanager
+def registrar(database: Engine, directory: Path, name: str) -> Iterator[EmbeddedSpider]:
+    """An engine that is not started: it registers and starts jobs, runs no task."""
+    presence = Presence(database, ENGINE, name=name).register()
+    try:
+        yield EmbeddedSpider(database, settings(database, directory), presence=presence, workers=1)
+    finally:
+        presence.close()

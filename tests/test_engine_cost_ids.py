@@ -7,8 +7,6 @@ The engines here are not started (no executors): RegisterJob needs only the engi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +19,13 @@ from coordinator.spider.port import JobState
 from coordinator.spider.task_graph import InvalidTaskGraph, decode_job_submission
 from coordinator.spider.wire import encode_job_inputs
 from coordinator.store.clock import utc_now
-from coordinator.store.instances import ENGINE, Presence
 from coordinator.store.schema import EngineJob
 from coordinator.store.stored_archives import record_stored_archive
-from tests.engine_support import graph, record_spider_ids, settings, submit, task
+from tests.engine_support import graph, record_spider_ids, registrar, submit, task
 from tests.paths import stored_record
 
 PASSWORD = b"compression-coordinator"
 GRAPH = graph(task("echo"))
-
-
-@contextmanager
-def registrar(database: Engine, directory: Path, name: str) -> Iterator[EmbeddedSpider]:
-    """An engine that is not started: it registers jobs, runs none."""
-    presence = Presence(database, ENGINE, name=name).register()
-    try:
-        yield EmbeddedSpider(database, settings(database, directory), presence=presence, workers=1)
-    finally:
-        presence.close()
 
 
 def register(spider: EmbeddedSpider, group: int, payload: bytes = b"a") -> int:

@@ -693,27 +693,28 @@ def test_a_report_whose_write_lost_its_reply_does_not_strand_the_job() -> None:
 
 
 def _lose_the_reply(model: EngineModel, name: str, call: str) -> Any:
-    """Make the next ``call`` (``start_job``, ``cancel_job``) of engine ``name`` apply its write
-    and then see the database go away: its commit's reply is lost (BEGIN and UPDATE pass)."""
+    """Make the next ``call`` (``start_ready_jobs``, ``cancel_job``) of engine ``name`` apply its
+    write and then see the database go away: its commit's reply is lost (BEGIN and UPDATE pass)."""
     spider = model.replicas[name].spider
     real = getattr(spider, call)
 
-    def lost(job_id: int) -> Any:
+    def lost(argument: Any) -> Any:
         model.outage.arm(after_statements=2, reply_lost=True)
-        return real(job_id)
+        return real(argument)
 
     return mock.patch.object(spider, call, lost)
 
 
 @pytest.mark.parametrize("then", ["the engine sweeps", "the coordinator ticks"])
 def test_a_start_whose_reply_was_lost_does_not_strand_the_job(then: str) -> None:
-    """StartJob's write applied but its reply was lost: the tick fails (an outage), the row is
-    Running while memory still says Ready. Before, the engine's sweep dropped the job as "no longer
+    """StartJob's write (the tick's start of its submissions, ``start_ready_jobs``) applied but
+    its reply was lost: the tick fails (an outage), the row is Running while memory still says
+    Ready. Before, the engine's sweep dropped the job as "no longer
     this engine's", and a StartJob of the next tick failed its compare-and-set and dropped it too:
     Running for good, owned by a live engine that ran nothing."""
 
     def program(model: EngineModel) -> None:
-        with _lose_the_reply(model, "a", "start_job"), pytest.raises(SQLAlchemyError):
+        with _lose_the_reply(model, "a", "start_ready_jobs"), pytest.raises(SQLAlchemyError):
             model.replicas["a"].tick()
         model.outage.end()
         if then == "the engine sweeps":

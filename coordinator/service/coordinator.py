@@ -308,9 +308,9 @@ class Coordinator:
 
     def _submit(self, jobs: list[DrivenJob]) -> None:
         """Register the due Pending ``jobs`` one by one, record their submissions in one
-        transaction, then start their Spider jobs (state first). An error that is not an outage
-        counts as a failed attempt of its job; when recording together fails so, each job is
-        recorded alone, to tell which one failed (nothing of the batch was kept)."""
+        transaction, then start their Spider jobs together (state first). An error that is not
+        an outage counts as a failed attempt of its job; when recording or starting together
+        fails so, each job is recorded or started alone, to tell which one failed."""
         registered: list[Registered] = []
         for job in jobs:
             if self.stopping.is_set():
@@ -329,8 +329,20 @@ class Coordinator:
             for item in registered:
                 self._guarded(item.job, partial(self.submitter.record_and_start, [item]))
             return
-        for item, result in zip(registered, results, strict=True):
-            self._guarded(item.job, partial(self.submitter.start, item, result))
+        recorded = [
+            item
+            for item, result in zip(registered, results, strict=True)
+            if self._guarded(item.job, partial(self.submitter.recorded, item, result))
+        ]
+        if not recorded:
+            return
+        try:
+            self.submitter.start(recorded)
+        except Exception as error:
+            if isinstance(error, SQLAlchemyError) and is_transient(error):
+                raise  # the database is down: the whole tick waits (the polls start the jobs)
+            for item in recorded:  # each alone (start_if_ready: a started one is left as it is)
+                self._guarded(item.job, partial(self.submitter.start_alone, item))
 
     def _poll_guarded(self, job: DrivenJob) -> Ended | None:
         """Poll an in-flight ``job`` that is due (on a pool thread); Spider's final word."""

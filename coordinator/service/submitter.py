@@ -37,6 +37,7 @@ from coordinator.spider.port import (
     SpiderError,
     Unauthenticated,
     cancel_if_safe,
+    start_all_if_ready,
     start_if_ready,
 )
 from coordinator.store.database import is_transient
@@ -131,29 +132,56 @@ class Submitter:
             crashpoints.crashpoint("submitted")
         return results
 
-    def start(self, item: Registered, result: TransitionResult) -> None:
-        """After ``record``: start the Spider job of a recorded submission (state first), or
-        abandon the registration whose record failed."""
+    def recorded(self, item: Registered, result: TransitionResult) -> bool:
+        """After ``record``: whether ``item``'s submission is recorded, its job then Running here
+        (state first: ``start`` comes next); a registration whose record lost its race is
+        abandoned instead."""
         job = item.job
         self._unrecorded.pop(job.job_id, None)
         if isinstance(result, LostRace) and _recorded_before(item, result):
             _log.info("an earlier, failed record of the submission had committed", extra=job.log())
         elif not isinstance(result, Applied):
             self._abandon_registration(job, item.spider_id, result)
-            return
+            return False
         job.status, job.spider_id = JobStatus.RUNNING, item.spider_id
         _log.info("submitted: %d task(s)", item.prepared.num_tasks, extra=job.log())
+        return True
+
+    def start(self, recorded: Sequence[Registered]) -> None:
+        """Start the Spider jobs of ``recorded`` submissions (``recorded`` said so), in one call
+        when the engine starts several at once (``start_all_if_ready``). A Spider error leaves a
+        job to its polls, which start a Ready job. Raises the engine's other errors (the jobs
+        then wait for their polls likewise)."""
+        answers = start_all_if_ready(self.loop.spider, [item.spider_id for item in recorded])
+        for item, answer in zip(recorded, answers, strict=True):
+            self._started(item, answer)
+
+    def start_alone(self, item: Registered) -> None:
+        """``start`` of one recorded submission, never with others (after starting together
+        failed). Raises the engine's errors that are not Spider's."""
         try:
-            start_if_ready(self.loop.spider, item.spider_id)
+            answer: JobState | SpiderError = start_if_ready(self.loop.spider, item.spider_id)
         except SpiderError as error:
-            _log.warning("StartJob failed; polling will retry: %s", error, extra=job.log())
+            answer = error
+        self._started(item, answer)
+
+    def _started(self, item: Registered, answer: JobState | SpiderError) -> None:
+        job = item.job
+        if isinstance(answer, SpiderError):
+            _log.warning("StartJob failed; polling will retry: %s", answer, extra=job.log())
         crashpoints.crashpoint("started")
         job.next_poll = self.loop.monotonic() + job.backoff_ms / 1000
 
     def record_and_start(self, registered: Sequence[Registered]) -> None:
-        """``record``, then ``start`` each. Raises what ``record`` raises."""
-        for item, result in zip(registered, self.record(registered), strict=True):
-            self.start(item, result)
+        """``record``, ``recorded`` and ``start``. Raises what they raise."""
+        results = self.record(registered)
+        recorded = [
+            item
+            for item, result in zip(registered, results, strict=True)
+            if self.recorded(item, result)
+        ]
+        if recorded:
+            self.start(recorded)
 
     def _forget_undriven(self) -> None:
         """Drop the kept registrations of jobs no longer driven as they were (ended, their lease

@@ -6,17 +6,18 @@ cluster) in it, so every call the coordinator makes passes here once: its durati
 ``clp_coordinator_spider_call_errors_total`` (``coordinator.metrics``), labelled with Spider's
 RPC name. It changes nothing else: results and exceptions pass through as they are, and the
 embedded engine's lookup by name (``resource_group_by_name``) stays visible to
-``coordinator.service.resource_group.lookup_by_name``.
+``coordinator.service.resource_group.lookup_by_name``, and its start of several jobs at once
+(``start_ready_jobs``) to ``coordinator.spider.port.start_all_if_ready``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from coordinator import metrics
-from coordinator.spider.port import JobState, SpiderPort
+from coordinator.spider.port import JobState, SpiderError, SpiderPort, StartReadyJobs
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -34,8 +35,10 @@ METHODS = (
 """Spider's RPC names, the ``method`` label of each port call."""
 BY_NAME = "ResourceGroupByName"
 """The ``method`` label of the embedded engine's get-or-create of a resource group by name."""
+START_READY = "StartReadyJobs"
+"""The ``method`` label of the embedded engine's start of several Ready jobs at once."""
 
-for _method in (*METHODS, BY_NAME):
+for _method in (*METHODS, BY_NAME, START_READY):
     metrics.SPIDER_CALL_DURATION.labels(_method)
 
 
@@ -71,6 +74,19 @@ class MeasuredSpider:
         def measured(external_id: str, password: bytes) -> int:
             result: int = measure(BY_NAME, lookup, external_id, password)
             return result
+
+        return measured
+
+    @property
+    def start_ready_jobs(self) -> StartReadyJobs:
+        """The wrapped engine's start of several Ready jobs at once, measured; an
+        ``AttributeError`` when it has none (a Spider cluster), as if this wrapper had none."""
+        batch: StartReadyJobs | None = getattr(self.inner, "start_ready_jobs", None)
+        if batch is None or not callable(batch):
+            raise AttributeError("start_ready_jobs")
+
+        def measured(job_ids: Sequence[int]) -> list[JobState | SpiderError]:
+            return measure(START_READY, batch, job_ids)
 
         return measured
 

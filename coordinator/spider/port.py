@@ -9,7 +9,8 @@ Rules of use (``docs/spider.md``, Guarded calls). Spider's calls are not all saf
 time; callers go through the helpers at the bottom of this module, which follow them:
 
 * ``start_job``: not idempotent (a started job answers INTERNAL, an evicted terminal one NOT_FOUND).
-  Ask ``get_job_state`` first and start only a ``READY`` job (``start_if_ready``).
+  Ask ``get_job_state`` first and start only a ``READY`` job (``start_if_ready``; for several jobs
+  ``start_all_if_ready``, one call when the engine starts several at once).
 * ``cancel_job``: never in ``COMMIT_READY`` when the graph has no cleanup task (CLP's Rust
   coordinator's never has), never in ``READY`` when it has one: on a real cluster either shuts the
   storage server down. Never on a terminal job. Ask first (``cancel_if_safe``); only a graph with a
@@ -25,6 +26,7 @@ time; callers go through the helpers at the bottom of this module, which follow 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Protocol
 
@@ -165,6 +167,29 @@ def start_if_ready(spider: SpiderPort, job_id: int) -> JobState:
     if state is not JobState.READY:
         return state
     return spider.start_job(job_id)
+
+
+StartReadyJobs = Callable[[Sequence[int]], list["JobState | SpiderError"]]
+"""An engine's ``start_ready_jobs``: ``start_if_ready`` of several jobs in one call (the embedded
+engine writes their starts in one transaction), each one's answer or error in its place."""
+
+
+def start_all_if_ready(spider: SpiderPort, job_ids: Sequence[int]) -> list[JobState | SpiderError]:
+    """``start_if_ready`` of each of ``job_ids``, in order: the state each is in afterwards, or
+    its ``SpiderError`` in its place. One call when ``spider`` has ``start_ready_jobs`` (the
+    embedded engine, or a wrapper passing it on); otherwise one job after another (a Spider
+    cluster has no such RPC). Raises the errors that are not Spider's (the embedded engine's
+    database errors), after which the jobs not yet answered may be unstarted."""
+    batch: StartReadyJobs | None = getattr(spider, "start_ready_jobs", None)
+    if batch is not None and callable(batch):
+        return batch(job_ids)
+    answers: list[JobState | SpiderError] = []
+    for job_id in job_ids:
+        try:
+            answers.append(start_if_ready(spider, job_id))
+        except SpiderError as error:
+            answers.append(error)
+    return answers
 
 
 def cancel_if_safe(spider: SpiderPort, job_id: int, *, cleanup_task: bool = False) -> JobState:

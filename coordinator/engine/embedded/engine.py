@@ -106,9 +106,9 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import Enum
 from types import TracebackType
 from typing import Any, Self, cast
@@ -145,7 +145,9 @@ from coordinator.spider.port import (
     JobState,
     ResourceGroupExists,
     ServerError,
+    SpiderError,
     Unauthenticated,
+    start_if_ready,
 )
 from coordinator.spider.task_graph import (
     InvalidTaskGraph,
@@ -584,6 +586,43 @@ class EmbeddedSpider:
             self._release_input_tasks(job)
             return job.state
 
+    def start_ready_jobs(self, job_ids: Sequence[int]) -> list[JobState | SpiderError]:
+        """``start_if_ready`` of each of ``job_ids``, in order: the state each is in afterwards,
+        or its ``SpiderError`` in its place. The Ready → Running writes of the jobs this engine
+        holds Ready are one transaction (a tick's submissions cost one commit, not one each);
+        every other job, and one whose guarded write matched no row, is answered by
+        ``start_if_ready`` alone, with ``start_job``'s rules. Raises the database's errors (none
+        of the batch is started in memory then; a StartJob later finds what the commit did)."""
+        with self._condition:
+            ready = {
+                job.id: job
+                for job_id in job_ids
+                if (job := self._jobs.get(job_id)) is not None and job.state is JobState.READY
+            }
+            written: set[int] = set()
+            if ready:
+                now = utc_now()
+                with self._db.begin() as connection:
+                    for job in ready.values():
+                        parameters = _state_change(self.token, job, JobState.RUNNING, now)
+                        if connection.execute(_SET_STATE, parameters).rowcount == 1:
+                            written.add(job.id)
+                self._outage.recovered()
+            answers: list[JobState | SpiderError] = []
+            for job_id in job_ids:
+                if job_id in written:
+                    written.discard(job_id)  # a repeated id is answered as started below
+                    job = ready[job_id]
+                    job.state = JobState.RUNNING
+                    self._release_input_tasks(job)
+                    answers.append(job.state)
+                    continue
+                try:
+                    answers.append(start_if_ready(self, job_id))
+                except SpiderError as error:
+                    answers.append(error)
+            return answers
+
     def cancel_job(self, job_id: int) -> JobState:
         """Cancel per Spider's table (module docstring)."""
         with self._condition:
@@ -876,13 +915,7 @@ class EmbeddedSpider:
         memory. ``retry``: wait out an outage (report paths), else raise its error (callers' paths).
         Raises ``_JobLost`` when the guard fails (unless an earlier attempt of this write applied:
         ``_written_before``), ``_Stopping`` when closed while waiting."""
-        parameters: dict[str, object] = {
-            "w_id": job.id,
-            "w_owner": self.token,
-            "w_state": STATE_NAMES[job.state],
-            "state": STATE_NAMES[state],
-            "updated_at": utc_now(),
-        }
+        parameters = _state_change(self.token, job, state, utc_now())
         if outputs is not None:
             parameters["outputs"] = encode_job_outputs(outputs)
         if error is not None:
@@ -1373,6 +1406,17 @@ class _IdChooser:
         self._stored = max(self._stored, job_id)
         if self._lowest is None:
             self._lowest = job_id  # the table's first row: not a reset
+
+
+def _state_change(owner: str, job: _Job, state: JobState, now: datetime) -> dict[str, object]:
+    """``_SET_STATE``'s parameters moving ``job`` from the state memory knows to ``state``."""
+    return {
+        "w_id": job.id,
+        "w_owner": owner,
+        "w_state": STATE_NAMES[job.state],
+        "state": STATE_NAMES[state],
+        "updated_at": now,
+    }
 
 
 def _runnable(job: _Job, task: _Task) -> bool:
