@@ -199,8 +199,9 @@ LAST_TICK = _gauge(
 SPIDER_CALL_DURATION = _histogram(
     "clp_coordinator_spider_call_duration_seconds",
     "Duration of the coordinator's Spider calls (gRPC retries included), by method "
-    "(Spider's RPC name; ResourceGroupByName for the embedded engine's lookup, StartReadyJobs "
-    "for its start of a tick's submissions in one call), failed calls included",
+    "(Spider's RPC name; ResourceGroupByName for the embedded engine's lookup, RegisterJobs and "
+    "StartReadyJobs for its registration and start of a tick's submissions in one call), failed "
+    "calls included",
     (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
     ("method",),
 )

@@ -1,9 +1,11 @@
-"""StartJob of a tick's submissions in one transaction (``EmbeddedSpider.start_ready_jobs``).
+"""RegisterJob and StartJob of a tick's submissions in one transaction each
+(``EmbeddedSpider.register_jobs``, ``EmbeddedSpider.start_ready_jobs``).
 
-Before, each started job cost the engine one commit of its own (on SQLite a ``BEGIN IMMEDIATE``
-and a WAL fsync under the one write lock): one of the seven commits per job that bound P1b. The
-engine now writes the starts of the jobs it holds Ready in one transaction, answering each job as
-``start_if_ready`` would. The engines here are not started: no task runs.
+Before, each registered and each started job cost the engine one commit of its own (on SQLite a
+``BEGIN IMMEDIATE`` and a WAL fsync under the one write lock): two of the seven commits per job
+that bound P1b. The engine now stores the registrations in one transaction and writes the starts
+of the jobs it holds Ready in another, answering each job as RegisterJob and ``start_if_ready``
+would. The engines here are not started: no task runs.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from typing import Any
 from sqlalchemy import Engine, event, select
 
 from coordinator.spider.measured import MeasuredSpider
-from coordinator.spider.port import JobNotFound, JobState, start_all_if_ready, start_if_ready
+from coordinator.spider.port import (
+    InvalidArgument,
+    JobNotFound,
+    JobState,
+    Unauthenticated,
+    register_all_jobs,
+    start_all_if_ready,
+    start_if_ready,
+)
+from coordinator.spider.wire import encode_job_inputs
 from coordinator.store.schema import EngineJob
 from tests.engine_support import graph, registrar, submit, task
 from tests.service_support import SpiderProxy
@@ -95,3 +106,23 @@ def test_the_measured_engine_passes_the_batch_on_and_a_cluster_starts_one_by_one
 
         assert start_all_if_ready(OneByOne(spider), jobs) == [JobState.RUNNING] * 3
         assert started == [jobs[2]]  # the two started ones are only asked for their state
+
+
+def test_the_jobs_of_a_tick_are_registered_in_one_transaction_each_answered_in_its_place(
+    migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """RegisterJob of several jobs (``register_jobs``): one commit, consecutive ids, a payload
+    Spider refuses answered ``InvalidArgument`` in its place while the others are stored."""
+    with registrar(migrated_engine, tmp_path, "a") as spider:
+        group = spider.add_resource_group("rg", PASSWORD)
+        first = submit(spider, group, GRAPH, [b"first"])
+        payloads = [(GRAPH.compressed(), encode_job_inputs([bytes([n])])) for n in range(3)]
+        commits = _commits(migrated_engine)
+        answers = register_all_jobs(spider, group, [payloads[0], (b"junk", b"junk"), *payloads[1:]])
+        assert len(commits) == 1  # before: one per job
+        assert isinstance(answers[1], InvalidArgument)
+        assert [answers[0], *answers[2:]] == [first + 1, first + 2, first + 3]
+        assert _stored_states(migrated_engine, [first + 1, first + 2, first + 3]) == ["Ready"] * 3
+        assert start_all_if_ready(spider, [first + 1]) == [JobState.RUNNING]  # in memory too
+        unknown = register_all_jobs(spider, 9_999, payloads[:2])
+        assert [type(answer) for answer in unknown] == [Unauthenticated, Unauthenticated]

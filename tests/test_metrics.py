@@ -170,12 +170,13 @@ def test_a_job_that_succeeds_moves_the_counters_and_the_jobs_gauge(
     # Every Spider call of the loop went through the runtime's MeasuredSpider.
     calls = "clp_coordinator_spider_call_duration_seconds_count"
     assert counts.delta(calls, method="ResourceGroupByName") == 1
-    assert counts.delta(calls, method="RegisterJob") == 1
-    assert counts.delta(calls, method="StartReadyJobs") == 1  # the embedded engine's batch
-    assert counts.delta(calls, method="StartJob") == 0
+    # The embedded engine registers and starts a tick's submissions in one call each.
+    assert counts.delta(calls, method="RegisterJobs") == 1
+    assert counts.delta(calls, method="StartReadyJobs") == 1
+    assert counts.delta(calls, method="RegisterJob") == counts.delta(calls, method="StartJob") == 0
     assert counts.delta(calls, method="GetJobState") >= 1  # the polls
     assert (
-        counts.delta("clp_coordinator_spider_call_duration_seconds_sum", method="RegisterJob") > 0
+        counts.delta("clp_coordinator_spider_call_duration_seconds_sum", method="RegisterJobs") > 0
     )
 
     # The embedded engine ran two compress tasks and the commit.
@@ -376,7 +377,8 @@ def test_a_grpc_spider_is_measured_the_same_way() -> None:
     try:
         spider = MeasuredSpider(client)
         assert lookup_by_name(spider) is None  # a cluster keeps the group in CLP's table
-        assert not hasattr(spider, "start_ready_jobs")  # and starts jobs one by one
+        # ... and registers and starts jobs one by one.
+        assert not hasattr(spider, "start_ready_jobs") and not hasattr(spider, "register_jobs")
         with pytest.raises(Unavailable):
             spider.start_job(7)
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from coordinator.runtime import open_runtime
 from coordinator.service.driven import DrivenJob
 from coordinator.service.ingest import submit_job
 from coordinator.service.outcomes import Ended
-from coordinator.spider.port import JobState
+from coordinator.spider.port import JobState, SpiderError
 from coordinator.store.jobs import job_state
 from tests.engine_support import wait_for
 from tests.service_support import coordinator_with, embedded, job_row, put_logs, triggers
@@ -111,12 +112,14 @@ def test_a_tick_polls_in_flight_jobs_while_it_submits(
         wait_for(rt.spider, first_spider_id, JobState.SUCCEEDED)
         coordinator.wake(first_spider_id)
         both = threading.Barrier(2, timeout=60)
-        register_job, get_job_state = spider.register_job, spider.get_job_state
+        register_jobs, get_job_state = spider.register_jobs, spider.get_job_state
         met: list[int] = []
 
-        def register_meeting_the_poll(group: int, graph: bytes, inputs: bytes) -> int:
+        def register_meeting_the_poll(
+            group: int, submissions: Sequence[tuple[bytes, bytes]]
+        ) -> list[int | SpiderError]:
             both.wait()
-            return register_job(group, graph, inputs)
+            return register_jobs(group, submissions)
 
         def state_meeting_the_registration(job_id: int) -> JobState:
             if job_id == first_spider_id and not met:
@@ -124,7 +127,7 @@ def test_a_tick_polls_in_flight_jobs_while_it_submits(
                 both.wait()
             return get_job_state(job_id)
 
-        monkeypatch.setattr(spider, "register_job", register_meeting_the_poll)
+        monkeypatch.setattr(spider, "register_jobs", register_meeting_the_poll)
         monkeypatch.setattr(spider, "get_job_state", state_meeting_the_registration)
         second = submit_job(config, rt.engine, timestamp_key="timestamp")
         report = coordinator.tick()

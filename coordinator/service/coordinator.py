@@ -62,8 +62,9 @@ from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.lease_keeper import LeaseKeeper
 from coordinator.service.logs import LOOP_LOGGER
 from coordinator.service.outcomes import Ended, OutcomeHandler
+from coordinator.service.prepare import PreparedJob
 from coordinator.service.resource_group import ResourceGroup
-from coordinator.service.submitter import Registered, Submitter
+from coordinator.service.submitter import Registered, RegistrationAnswer, Submitter
 from coordinator.spider.port import SpiderPort
 from coordinator.store.database import is_transient
 from coordinator.store.jobs import JobStore
@@ -307,18 +308,12 @@ class Coordinator:
         return result
 
     def _submit(self, jobs: list[DrivenJob]) -> None:
-        """Register the due Pending ``jobs`` one by one, record their submissions in one
+        """Register the due Pending ``jobs`` together, record their submissions in one
         transaction, then start their Spider jobs together (state first). An error that is not
-        an outage counts as a failed attempt of its job; when recording or starting together
-        fails so, each job is recorded or started alone, to tell which one failed."""
-        registered: list[Registered] = []
-        for job in jobs:
-            if self.stopping.is_set():
-                break  # stopping: register nothing more
-            if self.loop.monotonic() >= job.retry_submit_at:
-                item = self._guarded(job, partial(self.submitter.register, job))
-                if item is not None:
-                    registered.append(item)
+        an outage counts as a failed attempt of its job; when registering, recording or starting
+        together fails so, each job is registered, recorded or started alone, to tell which one
+        failed."""
+        registered = self._register(jobs)
         if not registered:
             return
         try:
@@ -343,6 +338,52 @@ class Coordinator:
                 raise  # the database is down: the whole tick waits (the polls start the jobs)
             for item in recorded:  # each alone (start_if_ready: a started one is left as it is)
                 self._guarded(item.job, partial(self.submitter.start_alone, item))
+
+    def _register(self, jobs: list[DrivenJob]) -> list[Registered]:
+        """The registrations of the due ``jobs`` to record, in claim order: those an earlier,
+        failed record left, and the new ones of one RegisterJob call for all the others
+        (``Submitter.register_all``). Stopping registers nothing more."""
+        steps: list[tuple[DrivenJob, Registered | PreparedJob]] = []
+        for job in jobs:
+            if self.stopping.is_set():
+                break
+            if self.loop.monotonic() >= job.retry_submit_at:
+                step = self._guarded(job, partial(self.submitter.prepare, job))
+                if step is not None:
+                    steps.append((job, step))
+        to_register = [(job, step) for job, step in steps if isinstance(step, PreparedJob)]
+        answers: dict[int, RegistrationAnswer] = {}
+        if to_register and not self.stopping.is_set():
+            answers = self._register_all(to_register)
+        registered: list[Registered] = []
+        for job, step in steps:
+            if isinstance(step, Registered):
+                registered.append(step)
+            elif job.job_id in answers:
+                answer = answers[job.job_id]
+                item = self._guarded(job, partial(self.submitter.registered, job, step, answer))
+                if item is not None:
+                    registered.append(item)
+        return registered
+
+    def _register_all(
+        self, to_register: list[tuple[DrivenJob, PreparedJob]]
+    ) -> dict[int, RegistrationAnswer]:
+        """RegisterJob's answer for each job of ``to_register``, by job id. When registering
+        together fails without an outage, each job is registered alone (a failure then counts
+        against its own job, which gets no answer)."""
+        try:
+            answers = self.submitter.register_all(to_register)
+        except Exception as error:
+            if isinstance(error, SQLAlchemyError) and is_transient(error):
+                raise  # the database is down: the whole tick waits
+            answers_alone: dict[int, RegistrationAnswer] = {}
+            for job, prepared in to_register:
+                alone = self._guarded(job, partial(self.submitter.register_all, [(job, prepared)]))
+                if alone:
+                    answers_alone[job.job_id] = alone[0]
+            return answers_alone
+        return {job.job_id: answer for (job, _), answer in zip(to_register, answers, strict=True)}
 
     def _poll_guarded(self, job: DrivenJob) -> Ended | None:
         """Poll an in-flight ``job`` that is due (on a pool thread); Spider's final word."""

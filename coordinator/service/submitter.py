@@ -2,14 +2,19 @@
 
 For each claimed Pending job: prepare it (objects, partitions, graph; a job that can never run ends
 Failed with the reason), create the dataset's tables, RegisterJob, record ``spider_id`` with
-Pending → Running in one guarded transition, and only then StartJob. If the record loses its
-race, the registered Spider job is abandoned Ready, never started, so nothing runs untracked
-(``cancel_if_safe`` never cancels a Ready job: with a cleanup task that is fatal). If the record
-fails (an outage, a deadlock past its retries, any error), the registration is kept while the job
-is driven and recorded on the next attempt, never registered again; when the failed commit had in
-fact happened, the next record finds the row Running with this very Spider job and starts it. A
-Pending row that already records a Spider job is never registered again: it ends by the
-``abandoned`` edge.
+Pending → Running in one guarded transition, and only then StartJob. The jobs of one tick take
+each step together: one RegisterJob call for all (``register_all``: the embedded engine stores
+them in one transaction, a Spider cluster is called once per job), one transaction for every
+record (each its own guarded move), one StartJob call (``start``), so that a tick's submissions
+cost a few commits, not a few per job (issue 14). Each job's answer is still its own.
+
+If the record loses its race, the registered Spider job is abandoned Ready, never started, so
+nothing runs untracked (``cancel_if_safe`` never cancels a Ready job: with a cleanup task that is
+fatal). If the record fails (an outage, a deadlock past its retries, any error), the registration
+is kept while the job is driven and recorded on the next attempt, never registered again; when the
+failed commit had in fact happened, the next record finds the row Running with this very Spider
+job and starts it. A Pending row that already records a Spider job is never registered again: it
+ends by the ``abandoned`` edge.
 
 RegisterJob is not retried within a call: after an ambiguous failure the job stays Pending and is
 registered anew on a later tick; a registration that did happen stays an orphan Ready job in
@@ -37,6 +42,7 @@ from coordinator.spider.port import (
     SpiderError,
     Unauthenticated,
     cancel_if_safe,
+    register_all_jobs,
     start_all_if_ready,
     start_if_ready,
 )
@@ -60,6 +66,10 @@ RECORDED_SPIDER_JOB_STATES = {
     JobState.SUCCEEDED: "it had already succeeded",
     JobState.FAILED: "it had already failed",
 }
+
+
+RegistrationAnswer = int | SpiderError | ResourceGroupUnavailable
+"""What RegisterJob answered for one job: its Spider job id, or why there is none."""
 
 
 @dataclass(frozen=True)
@@ -100,25 +110,48 @@ class Submitter:
         """Registrations whose record has not succeeded yet, by job id (kept for the next attempt
         while the very same ``DrivenJob`` is driven)."""
 
-    def register(self, job: DrivenJob) -> Registered | None:
-        """Prepare and register ``job`` with Spider (or end it, when it never can run); the
-        registration to record, ``None`` when there is none. Raises the driver's errors."""
+    def prepare(self, job: DrivenJob) -> Registered | PreparedJob | None:
+        """The first step of ``job``'s submission: the registration an earlier, failed record
+        left (to be recorded again, never registered anew), the prepared job to register, or
+        ``None`` when there is nothing to register (the job was ended, or must wait). Raises the
+        driver's errors."""
         if job.spider_id is not None:
             self._end_recorded_submission(job)
             return None
         self._forget_undriven()
         unrecorded = self._unrecorded.get(job.job_id)
         if unrecorded is not None:
-            return unrecorded  # an earlier record failed: record this registration, not a new one
-        prepared = self._prepare(job)
-        if prepared is None:
-            return None
-        spider_id = self._register(job, prepared)
-        if spider_id is None:
-            return None
-        registered = self._unrecorded[job.job_id] = Registered(job, prepared, spider_id)
-        crashpoints.crashpoint("registered")
-        return registered
+            return unrecorded
+        return self._prepare(job)
+
+    def register_all(
+        self, prepared: Sequence[tuple[DrivenJob, PreparedJob]]
+    ) -> list[RegistrationAnswer]:
+        """RegisterJob of every ``prepared`` job, in one call when the engine registers several
+        at once (``register_all_jobs``); each answer in its place, for ``registered``. Raises the
+        engine's errors that are not Spider's (nothing of the batch stored, unless the database
+        went away during its commit)."""
+        try:
+            group = self.resource_group.id()
+        except (ResourceGroupUnavailable, SpiderError) as error:
+            return [error] * len(prepared)
+        submissions = [
+            (item.submission.compressed_task_graph(), item.submission.compressed_inputs())
+            for _, item in prepared
+        ]
+        return list(register_all_jobs(self.loop.spider, group, submissions))
+
+    def registered(
+        self, job: DrivenJob, prepared: PreparedJob, answer: RegistrationAnswer
+    ) -> Registered | None:
+        """Take ``job``'s RegisterJob answer: the registration to record, kept until its record
+        succeeds; ``None`` when Spider refused it (the job is rejected, or waits)."""
+        if isinstance(answer, int):
+            registered = self._unrecorded[job.job_id] = Registered(job, prepared, answer)
+            crashpoints.crashpoint("registered")
+            return registered
+        self._registration_failed(job, answer)
+        return None
 
     def record(self, registered: Sequence[Registered]) -> list[TransitionResult]:
         """Record every registration (``submitted``: Pending → Running with the Spider job id)
@@ -224,19 +257,14 @@ class Submitter:
             return None
         return prepared
 
-    def _register(self, job: DrivenJob, prepared: PreparedJob) -> int | None:
-        """The new Spider job's id, or ``None`` when the job was rejected or must wait."""
-        submission = prepared.submission
-        try:
-            return self.loop.spider.register_job(
-                self.resource_group.id(),
-                submission.compressed_task_graph(),
-                submission.compressed_inputs(),
-            )
-        except InvalidArgument as error:
+    def _registration_failed(
+        self, job: DrivenJob, error: SpiderError | ResourceGroupUnavailable
+    ) -> None:
+        """RegisterJob refused ``job``: a rejected graph ends it Failed, anything else waits."""
+        if isinstance(error, InvalidArgument):
             message = f"Compression job failed: Spider rejected the task graph: {error}"
             self.loop.move(job, Trigger.REJECTED, JobStatus.FAILED, message)
-        except Unauthenticated:
+        elif isinstance(error, Unauthenticated):
             # Spider's storage was reset (hazard H11, docs/hazards.md): register the group anew.
             self.resource_group.invalidate()
             retry_later(
@@ -244,14 +272,13 @@ class Submitter:
                 "Spider does not know the resource group; registering it again",
                 self.loop.monotonic,
             )
-        except ResourceGroupUnavailable as error:
+        elif isinstance(error, ResourceGroupUnavailable):
             retry_later(job, f"cannot submit yet: {error}", self.loop.monotonic)
-        except SpiderError as error:
+        else:
             # Not retried: the call may have registered the job (see the module docstring).
             retry_later(
                 job, f"RegisterJob failed, the job stays Pending: {error}", self.loop.monotonic
             )
-        return None
 
     def _submitted(self, item: Registered) -> TransitionRequest:
         prepared, spider_id = item.prepared, item.spider_id

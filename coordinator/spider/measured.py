@@ -7,7 +7,7 @@ cluster) in it, so every call the coordinator makes passes here once: its durati
 RPC name. It changes nothing else: results and exceptions pass through as they are, and the
 embedded engine's lookup by name (``resource_group_by_name``) stays visible to
 ``coordinator.service.resource_group.lookup_by_name``, and its start of several jobs at once
-(``start_ready_jobs``) to ``coordinator.spider.port.start_all_if_ready``.
+(``start_ready_jobs``, ``register_jobs``) to ``coordinator.spider.port``'s helpers.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from coordinator import metrics
-from coordinator.spider.port import JobState, SpiderError, SpiderPort, StartReadyJobs
+from coordinator.spider.port import (
+    JobState,
+    RegisterJobs,
+    SpiderError,
+    SpiderPort,
+    StartReadyJobs,
+)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -37,8 +43,10 @@ BY_NAME = "ResourceGroupByName"
 """The ``method`` label of the embedded engine's get-or-create of a resource group by name."""
 START_READY = "StartReadyJobs"
 """The ``method`` label of the embedded engine's start of several Ready jobs at once."""
+REGISTER_SEVERAL = "RegisterJobs"
+"""The ``method`` label of the embedded engine's registration of several jobs at once."""
 
-for _method in (*METHODS, BY_NAME, START_READY):
+for _method in (*METHODS, BY_NAME, START_READY, REGISTER_SEVERAL):
     metrics.SPIDER_CALL_DURATION.labels(_method)
 
 
@@ -74,6 +82,21 @@ class MeasuredSpider:
         def measured(external_id: str, password: bytes) -> int:
             result: int = measure(BY_NAME, lookup, external_id, password)
             return result
+
+        return measured
+
+    @property
+    def register_jobs(self) -> RegisterJobs:
+        """The wrapped engine's registration of several jobs at once, measured; an
+        ``AttributeError`` when it has none (a Spider cluster), as if this wrapper had none."""
+        batch: RegisterJobs | None = getattr(self.inner, "register_jobs", None)
+        if batch is None or not callable(batch):
+            raise AttributeError("register_jobs")
+
+        def measured(
+            resource_group_id: int, submissions: Sequence[tuple[bytes, bytes]]
+        ) -> list[int | SpiderError]:
+            return measure(REGISTER_SEVERAL, batch, resource_group_id, submissions)
 
         return measured
 

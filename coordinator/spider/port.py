@@ -17,7 +17,8 @@ time; callers go through the helpers at the bottom of this module, which follow 
   cleanup task makes the state read and the call safe together.
 * ``get_job_outputs``: only after ``SUCCEEDED``; ``get_job_error`` only after ``FAILED``.
 * ``register_job``: **not idempotent** and there is no lookup; never retry the call after an
-  ambiguous failure, and persist the returned id at once. (The coordinator registers such a job
+  ambiguous failure, and persist the returned id at once (``register_all_jobs`` registers several,
+  in one call when the engine can). (The coordinator registers such a job
   anew on a later tick; a registration that did happen stays an orphan Ready job, never started.)
 * ``JobNotFound`` from start/cancel may mean "terminal and evicted": confirm with
   ``get_job_state``.
@@ -167,6 +168,31 @@ def start_if_ready(spider: SpiderPort, job_id: int) -> JobState:
     if state is not JobState.READY:
         return state
     return spider.start_job(job_id)
+
+
+RegisterJobs = Callable[[int, Sequence[tuple[bytes, bytes]]], list["int | SpiderError"]]
+"""An engine's ``register_jobs``: RegisterJob of several ``(task graph, inputs)`` payloads in one
+call (the embedded engine stores them in one transaction), each one's id or error in its place."""
+
+
+def register_all_jobs(
+    spider: SpiderPort, resource_group_id: int, submissions: Sequence[tuple[bytes, bytes]]
+) -> list[int | SpiderError]:
+    """RegisterJob of each ``(compressed task graph, compressed inputs)`` of ``submissions``, in
+    order: the new job's id, or its ``SpiderError`` in its place. One call when ``spider`` has
+    ``register_jobs`` (the embedded engine, or a wrapper passing it on); otherwise one job after
+    another, each attempted once (a Spider cluster has no such RPC). Raises the errors that are not
+    Spider's, after which the jobs already registered stay orphan Ready jobs (see the module)."""
+    batch: RegisterJobs | None = getattr(spider, "register_jobs", None)
+    if batch is not None and callable(batch):
+        return batch(resource_group_id, submissions)
+    answers: list[int | SpiderError] = []
+    for graph, inputs in submissions:
+        try:
+            answers.append(spider.register_job(resource_group_id, graph, inputs))
+        except SpiderError as error:
+            answers.append(error)
+    return answers
 
 
 StartReadyJobs = Callable[[Sequence[int]], list["JobState | SpiderError"]]

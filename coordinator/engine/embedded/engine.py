@@ -504,29 +504,65 @@ class EmbeddedSpider:
         self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes
     ) -> int:
         """Store a ``Ready`` job; see the port. Raises ``InvalidArgument``/``Unauthenticated``."""
-        try:
-            submission = decode_job_submission(compressed_task_graph, compressed_inputs)
-        except InvalidTaskGraph as error:
-            raise InvalidArgument(str(error)) from error
-        # The sweep never sees the row of ours without the job in memory (``_registering``); the
-        # condition is held only to add it, not while the database is written.
+        [answer] = self.register_jobs(
+            resource_group_id, [(compressed_task_graph, compressed_inputs)]
+        )
+        if isinstance(answer, SpiderError):
+            raise answer
+        return answer
+
+    def register_jobs(
+        self, resource_group_id: int, submissions: Sequence[tuple[bytes, bytes]]
+    ) -> list[int | SpiderError]:
+        """RegisterJob of each ``(compressed task graph, compressed inputs)`` of ``submissions``,
+        in order: the new ``Ready`` job's id, or the ``SpiderError`` RegisterJob would raise in
+        its place (``InvalidArgument`` for that payload; ``Unauthenticated`` or ``ServerError``
+        for all of them). Every job is stored in one transaction (a tick's submissions cost one
+        commit, not one each). Raises the database's errors (nothing stored, unless the database
+        went away during the commit)."""
+        answers: list[int | SpiderError] = []
+        decoded: list[tuple[int, JobSubmission, bytes, bytes]] = []
+        for position, (graph, inputs) in enumerate(submissions):
+            try:
+                decoded.append((position, decode_job_submission(graph, inputs), graph, inputs))
+                answers.append(0)  # replaced below by the job's id or the batch's error
+            except InvalidTaskGraph as error:
+                answers.append(InvalidArgument(str(error)))
+        if not decoded:
+            return answers
+        # The sweep never sees a row of ours without its job in memory (``_registering``); the
+        # condition is held only to add them, not while the database is written.
         with self._registering:
-            job_id = self._insert_job(resource_group_id, compressed_task_graph, compressed_inputs)
-            job = _build_job(job_id, submission.task_graph, list(submission.inputs), JobState.READY)
+            try:
+                job_ids = self._insert_jobs(
+                    resource_group_id, [(graph, inputs) for _, _, graph, inputs in decoded]
+                )
+            except (Unauthenticated, ServerError) as error:
+                for position, *_ in decoded:
+                    answers[position] = error
+                return answers
+            jobs = [
+                _build_job(job_id, submission.task_graph, list(submission.inputs), JobState.READY)
+                for (_, submission, _, _), job_id in zip(decoded, job_ids, strict=True)
+            ]
             with self._condition:
-                self._jobs[job_id] = job
-        return job_id
+                for job in jobs:
+                    self._jobs[job.id] = job
+        for (position, *_), job_id in zip(decoded, job_ids, strict=True):
+            answers[position] = job_id
+        return answers
 
-    def _insert_job(
-        self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes
-    ) -> int:
-        """Store the job ``Ready`` under a fresh id (module docstring); the id.
+    def _insert_jobs(
+        self, resource_group_id: int, payloads: Sequence[tuple[bytes, bytes]]
+    ) -> list[int]:
+        """Store a ``Ready`` job of each ``(task graph, inputs)`` of ``payloads`` under fresh,
+        consecutive ids (module docstring), all in one transaction; the ids.
 
-        The id is chosen, not left to the table's auto-increment (which restarts after a reset and
-        knows nothing of the ids CLP's Rust coordinator recorded). Two engines choosing the same id
-        at once collide on the primary key (MariaDB blocks the second insert until the first
-        commits, then refuses it; SQLite's ``BEGIN IMMEDIATE`` serialises them anyway): the loser
-        chooses again in a new transaction, which sees the winner's row. Raises
+        The ids are chosen, not left to the table's auto-increment (which restarts after a reset
+        and knows nothing of the ids CLP's Rust coordinator recorded). Two engines choosing the
+        same id at once collide on the primary key (MariaDB blocks the second insert until the
+        first commits, then refuses it; SQLite's ``BEGIN IMMEDIATE`` serialises them anyway): the
+        loser chooses again in a new transaction, which sees the winner's rows. Raises
         ``Unauthenticated`` for an unknown resource group, ``ServerError`` when every attempt
         collided, and the database's other errors (nothing stored, unless the database went away
         during the commit).
@@ -540,22 +576,27 @@ class EmbeddedSpider:
                     ).one()
                     if found.group_id is None:
                         raise Unauthenticated("invalid resource group")
-                    job_id = self._ids.choose(connection, found.lowest, found.highest)
+                    first = self._ids.choose(connection, found.lowest, found.highest)
+                    job_ids = list(range(first, first + len(payloads)))
                     connection.execute(
                         _INSERT_JOB,
-                        {
-                            "id": job_id,
-                            "resource_group_id": resource_group_id,
-                            "state": STATE_NAMES[JobState.READY],
-                            "task_graph": compressed_task_graph,
-                            "inputs": compressed_inputs,
-                            "created_at": now,
-                            "updated_at": now,
-                            "owner": self.token,
-                        },
+                        [
+                            {
+                                "id": job_id,
+                                "resource_group_id": resource_group_id,
+                                "state": STATE_NAMES[JobState.READY],
+                                "task_graph": graph,
+                                "inputs": inputs,
+                                "created_at": now,
+                                "updated_at": now,
+                                "owner": self.token,
+                            }
+                            for job_id, (graph, inputs) in zip(job_ids, payloads, strict=True)
+                        ],
                     )
-                self._ids.stored(job_id)
-                return job_id
+                self._ids.stored(job_ids[0])  # first the smallest: it may be the table's first
+                self._ids.stored(job_ids[-1])
+                return job_ids
             except IntegrityError:
                 _log.debug("job id taken by another engine meanwhile; choosing again")
             except OperationalError as error:
