@@ -234,6 +234,24 @@ class SpiderProxy:
 # --- reading the outcome ------------------------------------------------------------------------
 
 
+class CountingRegistrations(SpiderProxy):
+    """Passes every call on (RegisterJob one job at a time, as for a Spider cluster), and keeps
+    the ids of the Spider jobs registered."""
+
+    def __init__(self, inner: SpiderPort) -> None:
+        super().__init__(inner)
+        self.registered: list[int] = []
+
+    def register_job(
+        self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes
+    ) -> int:
+        spider_id = super().register_job(
+            resource_group_id, compressed_task_graph, compressed_inputs
+        )
+        self.registered.append(spider_id)
+        return spider_id
+
+
 def embedded(rt: Runtime) -> EmbeddedSpider:
     """The runtime's embedded engine (the embedded default always has one)."""
     assert rt.embedded is not None

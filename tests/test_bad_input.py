@@ -46,7 +46,7 @@ from coordinator.store.schema import CompressionJob
 from tests.service_support import (
     BUCKET,
     PREFIX,
-    SpiderProxy,
+    CountingRegistrations,
     engine_jobs,
     job_row,
     put_logs,
@@ -596,14 +596,13 @@ def test_a_pending_row_recording_a_live_spider_job_ends_failed_and_that_job_is_c
         assert engine_jobs(rt.engine) == 1  # the test's own registration, none by the service
 
 
-class _AnotherWriterRecordsASpiderId(SpiderProxy):
+class _AnotherWriterRecordsASpiderId(CountingRegistrations):
     """Between RegisterJob and the record, another writer puts a Spider id on the Pending row."""
 
     def __init__(self, rt: Runtime, job_id: int) -> None:
         super().__init__(rt.spider)
         self.engine = rt.engine
         self.job_id = job_id
-        self.registered: list[int] = []
 
     def register_job(
         self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes
@@ -611,7 +610,6 @@ class _AnotherWriterRecordsASpiderId(SpiderProxy):
         spider_id = super().register_job(
             resource_group_id, compressed_task_graph, compressed_inputs
         )
-        self.registered.append(spider_id)
         _record_spider_id(self.engine, self.job_id, 555_555)
         return spider_id
 

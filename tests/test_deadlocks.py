@@ -25,7 +25,6 @@ from coordinator.lifecycle import JobStatus
 from coordinator.runtime import open_runtime
 from coordinator.service import driven
 from coordinator.service.ingest import submit_job
-from coordinator.spider.port import SpiderPort
 from coordinator.store.database import (
     DEADLOCK_ATTEMPTS,
     create_database_engine,
@@ -36,7 +35,7 @@ from coordinator.store.database import (
 from coordinator.store.guarded import TransitionRequest, TransitionResult
 from coordinator.store.jobs import JobStore, job_state
 from tests.service_support import (
-    SpiderProxy,
+    CountingRegistrations,
     coordinator_with,
     job_row,
     put_logs,
@@ -54,23 +53,6 @@ def _deadlock() -> OperationalError:
             1213, "Deadlock found when trying to get lock; try restarting transaction"
         ),
     )
-
-
-class _CountingRegistrations(SpiderProxy):
-    """Passes every call on, and keeps the ids of the Spider jobs registered."""
-
-    def __init__(self, inner: SpiderPort) -> None:
-        super().__init__(inner)
-        self.registered: list[int] = []
-
-    def register_job(
-        self, resource_group_id: int, compressed_task_graph: bytes, compressed_inputs: bytes
-    ) -> int:
-        spider_id = super().register_job(
-            resource_group_id, compressed_task_graph, compressed_inputs
-        )
-        self.registered.append(spider_id)
-        return spider_id
 
 
 def _fail_apply(monkeypatch: pytest.MonkeyPatch, errors: list[OperationalError]) -> None:
@@ -186,7 +168,7 @@ def test_a_deadlock_while_recording_submissions_is_run_again_within_the_tick(
     put_logs(config, tmp_path, ["svc0"])
     with open_runtime(config, lease_secs=5) as rt:
         job_ids = [submit_job(config, rt.engine, timestamp_key="timestamp") for _ in range(3)]
-        spider = _CountingRegistrations(rt.spider)
+        spider = CountingRegistrations(rt.spider)
         coordinator = coordinator_with(rt, spider=spider, instance_id="deadlocks")
         _fail_apply(monkeypatch, [_deadlock()])
         coordinator.tick()  # before, the deadlock failed the tick as an outage
@@ -231,7 +213,7 @@ def test_a_record_that_keeps_failing_keeps_its_registration_for_the_next_attempt
     put_logs(config, tmp_path, ["svc0"])
     with open_runtime(config, lease_secs=5) as rt:
         job_id = submit_job(config, rt.engine, timestamp_key="timestamp")
-        spider = _CountingRegistrations(rt.spider)
+        spider = CountingRegistrations(rt.spider)
         coordinator = coordinator_with(rt, spider=spider, instance_id="deadlocks")
         _fail_apply(monkeypatch, [_deadlock() for _ in range(DEADLOCK_ATTEMPTS)])
         with pytest.raises(OperationalError):
@@ -254,7 +236,7 @@ def test_a_record_whose_commit_failed_after_all_happening_starts_its_spider_job(
     put_logs(config, tmp_path, ["svc0"])
     with open_runtime(config, lease_secs=5) as rt:
         job_id = submit_job(config, rt.engine, timestamp_key="timestamp")
-        spider = _CountingRegistrations(rt.spider)
+        spider = CountingRegistrations(rt.spider)
         coordinator = coordinator_with(rt, spider=spider, instance_id="ambiguous")
         real = JobStore.transition_all
         lost = [OperationalError("COMMIT", None, pymysql.err.OperationalError(2013, "Lost"))]

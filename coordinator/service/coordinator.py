@@ -43,7 +43,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -316,13 +316,13 @@ class Coordinator:
         registered = self._register(jobs)
         if not registered:
             return
-        try:
-            results = self.submitter.record(registered)
-        except Exception as error:
-            if isinstance(error, SQLAlchemyError) and is_transient(error):
-                raise  # the database is down: the whole tick waits
+
+        def record_each() -> None:
             for item in registered:
                 self._guarded(item.job, partial(self.submitter.record_and_start, [item]))
+
+        results = self._together(partial(self.submitter.record, registered), record_each)
+        if results is None:
             return
         recorded = [
             item
@@ -331,13 +331,12 @@ class Coordinator:
         ]
         if not recorded:
             return
-        try:
-            self.submitter.start(recorded)
-        except Exception as error:
-            if isinstance(error, SQLAlchemyError) and is_transient(error):
-                raise  # the database is down: the whole tick waits (the polls start the jobs)
-            for item in recorded:  # each alone (start_if_ready: a started one is left as it is)
+
+        def start_each() -> None:  # start_if_ready: a job started meanwhile is left as it is
+            for item in recorded:
                 self._guarded(item.job, partial(self.submitter.start_alone, item))
+
+        self._together(partial(self.submitter.start, recorded), start_each)
 
     def _register(self, jobs: list[DrivenJob]) -> list[Registered]:
         """The registrations of the due ``jobs`` to record, in claim order: those an earlier,
@@ -372,18 +371,34 @@ class Coordinator:
         """RegisterJob's answer for each job of ``to_register``, by job id. When registering
         together fails without an outage, each job is registered alone (a failure then counts
         against its own job, which gets no answer)."""
-        try:
-            answers = self.submitter.register_all(to_register)
-        except Exception as error:
-            if isinstance(error, SQLAlchemyError) and is_transient(error):
-                raise  # the database is down: the whole tick waits
-            answers_alone: dict[int, RegistrationAnswer] = {}
+
+        def register_each() -> Sequence[RegistrationAnswer | None]:
+            answers: list[RegistrationAnswer | None] = []
             for job, prepared in to_register:
                 alone = self._guarded(job, partial(self.submitter.register_all, [(job, prepared)]))
-                if alone:
-                    answers_alone[job.job_id] = alone[0]
-            return answers_alone
-        return {job.job_id: answer for (job, _), answer in zip(to_register, answers, strict=True)}
+                answers.append(alone[0] if alone else None)
+            return answers
+
+        together = partial(self.submitter.register_all, to_register)
+        answers = self._together(together, register_each) or []
+        return {
+            job.job_id: answer
+            for (job, _), answer in zip(to_register, answers, strict=True)
+            if answer is not None
+        }
+
+    def _together(
+        self, together: Callable[[], _T], each_alone: Callable[[], _T | None]
+    ) -> _T | None:
+        """``together()``, a step of several jobs at once; when it fails for a reason that is not
+        an outage, ``each_alone()`` instead, so that the error counts against the job it belongs
+        to. An outage propagates: the whole tick waits for the database."""
+        try:
+            return together()
+        except Exception as error:
+            if isinstance(error, SQLAlchemyError) and is_transient(error):
+                raise
+            return each_alone()
 
     def _poll_guarded(self, job: DrivenJob) -> Ended | None:
         """Poll an in-flight ``job`` that is due (on a pool thread); Spider's final word."""
@@ -392,14 +407,10 @@ class Coordinator:
     def _conclude(self, ended: list[Ended]) -> None:
         """Conclude the jobs Spider ended, together; when that fails for a reason that is not an
         outage, each alone, so that the error counts against the job it belongs to."""
-        if not ended:
-            return
-        try:
-            self.outcomes.conclude(ended)
-        except Exception as error:
-            if isinstance(error, SQLAlchemyError) and is_transient(error):
-                raise  # the database is down: the whole tick waits
-            self._conclude_each(ended)
+        if ended:
+            self._together(
+                partial(self.outcomes.conclude, ended), partial(self._conclude_each, ended)
+            )
 
     def _conclude_each(self, ended: list[Ended]) -> None:
         for item in ended:

@@ -13,14 +13,14 @@ embedded engine's lookup by name (``resource_group_by_name``) stays visible to
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 from coordinator import metrics
 from coordinator.spider.port import (
     JobState,
     RegisterJobs,
-    SpiderError,
     SpiderPort,
     StartReadyJobs,
 )
@@ -71,47 +71,32 @@ class MeasuredSpider:
     def __repr__(self) -> str:
         return f"MeasuredSpider({self.inner!r})"
 
+    # The embedded engine's calls beyond Spider's RPCs: each is this wrapper's attribute only
+    # when the wrapped engine has it (``AttributeError`` otherwise, as for a Spider cluster), so
+    # that the port's helpers find them through ``getattr`` whether or not the engine is wrapped.
+
     @property
     def resource_group_by_name(self) -> Callable[[str, bytes], int]:
-        """The wrapped engine's get-or-create by name, measured; an ``AttributeError`` when it
-        has none (a Spider cluster), as if this wrapper had no such attribute."""
-        lookup = getattr(self.inner, "resource_group_by_name", None)
-        if not callable(lookup):
-            raise AttributeError("resource_group_by_name")
-
-        def measured(external_id: str, password: bytes) -> int:
-            result: int = measure(BY_NAME, lookup, external_id, password)
-            return result
-
-        return measured
+        """The wrapped engine's get-or-create of a resource group by name, measured."""
+        return cast(Callable[[str, bytes], int], self._extension("resource_group_by_name", BY_NAME))
 
     @property
     def register_jobs(self) -> RegisterJobs:
-        """The wrapped engine's registration of several jobs at once, measured; an
-        ``AttributeError`` when it has none (a Spider cluster), as if this wrapper had none."""
-        batch: RegisterJobs | None = getattr(self.inner, "register_jobs", None)
-        if batch is None or not callable(batch):
-            raise AttributeError("register_jobs")
-
-        def measured(
-            resource_group_id: int, submissions: Sequence[tuple[bytes, bytes]]
-        ) -> list[int | SpiderError]:
-            return measure(REGISTER_SEVERAL, batch, resource_group_id, submissions)
-
-        return measured
+        """The wrapped engine's registration of several jobs at once, measured."""
+        return cast(RegisterJobs, self._extension("register_jobs", REGISTER_SEVERAL))
 
     @property
     def start_ready_jobs(self) -> StartReadyJobs:
-        """The wrapped engine's start of several Ready jobs at once, measured; an
-        ``AttributeError`` when it has none (a Spider cluster), as if this wrapper had none."""
-        batch: StartReadyJobs | None = getattr(self.inner, "start_ready_jobs", None)
-        if batch is None or not callable(batch):
-            raise AttributeError("start_ready_jobs")
+        """The wrapped engine's start of several Ready jobs at once, measured."""
+        return cast(StartReadyJobs, self._extension("start_ready_jobs", START_READY))
 
-        def measured(job_ids: Sequence[int]) -> list[JobState | SpiderError]:
-            return measure(START_READY, batch, job_ids)
-
-        return measured
+    def _extension(self, name: str, method: str) -> Callable[..., object]:
+        """The wrapped engine's ``name``, measured under ``method``; ``AttributeError`` when the
+        engine has none."""
+        call = getattr(self.inner, name, None)
+        if not callable(call):
+            raise AttributeError(name)
+        return partial(measure, method, call)
 
     def add_resource_group(self, external_id: str, password: bytes) -> int:
         return measure("AddResourceGroup", self.inner.add_resource_group, external_id, password)
