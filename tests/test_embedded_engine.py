@@ -440,13 +440,13 @@ def test_a_registration_waiting_for_the_database_blocks_neither_the_executors_no
         group = spider.add_resource_group("rg-held", PASSWORD)
         other = submit(spider, group, graph(task("echo")), [b"other"])
         inserted, proceed = threading.Event(), threading.Event()
-        insert_job = spider._insert_job
+        insert_jobs = spider._insert_jobs
 
-        def held_insert(*args: object) -> int:
-            job_id = insert_job(*args)  # type: ignore[arg-type]
+        def held_insert(*args: object) -> list[int]:
+            job_ids = insert_jobs(*args)  # type: ignore[arg-type]
             inserted.set()
             assert proceed.wait(60)
-            return job_id
+            return job_ids
 
         caught_up: list[int] = []
         catch_up_with = spider._catch_up_with
@@ -455,7 +455,7 @@ def test_a_registration_waiting_for_the_database_blocks_neither_the_executors_no
             caught_up.append(job_id)
             catch_up_with(job_id, job)  # type: ignore[arg-type]
 
-        spider._insert_job = held_insert  # type: ignore[method-assign]
+        spider._insert_jobs = held_insert  # type: ignore[method-assign]
         spider._catch_up_with = record_catch_up  # type: ignore[method-assign]
         held: list[int] = []
         registering = threading.Thread(
