@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import Engine, Table, event, select, update
@@ -22,6 +22,7 @@ from sqlalchemy.exc import OperationalError
 from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import JobStatus, Outcome, reaction_to
+from coordinator.service import driven as driven_module
 from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.outcomes import Ended, OutcomeHandler
 from coordinator.spider.port import JobState, SpiderPort
@@ -257,3 +258,71 @@ def test_the_jobs_spider_ended_together_are_finalised_in_one_transaction(
 
     OutcomeHandler(loop, archive_output=output).conclude([Ended(jobs[gap], JobState.SUCCEEDED)])
     assert store.state(gap) is JobStatus.FAILED
+
+
+def test_the_jobs_finalised_together_are_settled_in_one_savepoint(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """Before, each job's settlement had a savepoint of its own: two statements per job."""
+    output = FsArchiveOutput(directory=tmp_path / "archives")
+    job_ids = [_committed_job(store, output.directory, spider_id)[0] for spider_id in (21, 22, 23)]
+    loop = _loop(store)
+    jobs = {
+        job_id: _driven(job_id, spider_id)
+        for job_id, spider_id in zip(job_ids, (21, 22, 23), strict=True)
+    }
+    loop.driven.update(jobs)
+    savepoints: list[str] = []
+
+    def count(_c: object, _cursor: object, statement: str, *_: object) -> None:
+        if statement.upper().startswith("SAVEPOINT"):
+            savepoints.append(statement)
+
+    event.listen(migrated_engine, "before_cursor_execute", count)
+    try:
+        reaction = reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED)
+        assert loop.finalise([(job, reaction) for job in jobs.values()]) == []
+    finally:
+        event.remove(migrated_engine, "before_cursor_execute", count)
+    assert len(savepoints) == 1
+    for job_id, spider_id in zip(job_ids, (21, 22, 23), strict=True):
+        assert store.state(job_id) is JobStatus.SUCCEEDED
+        assert jobs[job_id].settled is not None
+        assert _states(migrated_engine, job_id) == {
+            f"published-archive-{spider_id}": "published",
+            f"duplicate-archive-{spider_id}": "removing",  # its file goes after the commit
+        }
+
+
+def test_a_failed_settlement_of_jobs_finalised_together_settles_each_after_its_move(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One job's settlement fails (a bug): the savepoint of all of them is rolled back, every
+    move stays, and each job's records are settled after its move instead."""
+    output = FsArchiveOutput(directory=tmp_path / "archives")
+    made = [_committed_job(store, output.directory, spider_id) for spider_id in (31, 32)]
+    loop = _loop(store)
+    jobs = [
+        _driven(job_id, spider_id) for (job_id, _, _), spider_id in zip(made, (31, 32), strict=True)
+    ]
+    loop.driven.update({job.job_id: job for job in jobs})
+    real = driven_module.settle_within
+
+    def broken_for_the_second(connection: Any, job_id: int, *args: Any) -> Any:
+        if job_id == jobs[1].job_id:
+            raise RuntimeError("a bug in the settlement")
+        return real(connection, job_id, *args)
+
+    monkeypatch.setattr(driven_module, "settle_within", broken_for_the_second)
+    reaction = reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED)
+    assert loop.finalise([(job, reaction) for job in jobs]) == []
+    monkeypatch.setattr(driven_module, "settle_within", real)
+
+    assert [store.state(job.job_id) for job in jobs] == [JobStatus.SUCCEEDED] * 2
+    assert [job.settled for job in jobs] == [None, None]
+    handler = OutcomeHandler(loop, archive_output=output)
+    for job, (job_id, published, duplicate), spider_id in zip(jobs, made, (31, 32), strict=True):
+        assert _states(migrated_engine, job_id)[f"published-archive-{spider_id}"] == "stored"
+        handler.clean_up(job)  # settled after the move instead
+        assert _states(migrated_engine, job_id) == {f"published-archive-{spider_id}": "published"}
+        assert not duplicate.exists() and published.is_file()

@@ -164,6 +164,7 @@ class Loop:
         def finalise_all() -> tuple[list[tuple[DrivenJob, str]], _Moves]:
             gaps: list[tuple[DrivenJob, str]] = []
             results: _Moves = []
+            ended: list[_Ended] = []
             with self.engine.begin() as connection:
                 for job, request in moves:
                     publication = read_publication(connection, job.job_id, job.spider_id)
@@ -173,8 +174,10 @@ class Loop:
                         continue
                     result = self.store.apply(connection, request)
                     if isinstance(result, Applied):
-                        self._ending(job, None, _Settling(job, publication))(connection, result)
+                        self._ending(job, None, None)(connection, result)
+                        ended.append(_Ended(job, result, publication))
                     results.append((job, request, result))
+                _settle_all(connection, ended)  # the moves' last effect, one savepoint for all
             return gaps, results
 
         gaps, results = retrying_deadlocks(finalise_all)
@@ -217,16 +220,20 @@ class Loop:
         if target.is_terminal or not isinstance(result, Applied):
             self.driven.pop(job.job_id, None)
 
-    def _ending(self, job: DrivenJob, effects: Effects | None, settling: _Settling) -> Effects:
-        """``effects``, then the release of ``job``'s lease and the settlement of its archive
-        records, as the effects of a terminal move."""
+    def _ending(
+        self, job: DrivenJob, effects: Effects | None, settling: _Settling | None
+    ) -> Effects:
+        """``effects``, then the release of ``job``'s lease and (unless the caller settles
+        several jobs together, ``_settle_all``) the settlement of its archive records, as the
+        effects of a terminal move."""
         held, owner = {job.job_id: job.epoch}, self.instance_id
 
         def end(connection: Connection, applied: Applied) -> None:
             if effects is not None:
                 effects(connection, applied)
             leases.release_within(connection, held, owner=owner, now=applied.at)
-            settling(connection, applied)
+            if settling is not None:
+                settling(connection, applied)
 
         return end
 
@@ -270,32 +277,54 @@ class Loop:
         return withdraw
 
 
-@dataclass
-class _Settling:
-    """A terminal move's last effect: settle the job's archive records in a savepoint.
-
-    Sets ``job.settled`` when it did. A failure that is not an outage rolls back the savepoint
-    only (logged; the records are settled after the move instead); an outage is raised, and with
-    it the move is rolled back.
-    """
+@dataclass(frozen=True)
+class _Ended:
+    """A job a terminal move just ended, in the move's transaction: what ``_settle_all`` needs."""
 
     job: DrivenJob
+    applied: Applied
     publication: PublicationEvidence | None = None
     """The evidence a finalising move read in this transaction, reused by the settlement."""
 
+
+@dataclass
+class _Settling:
+    """A terminal move's last effect: settle the job's archive records (``_settle_all``)."""
+
+    job: DrivenJob
+
     def __call__(self, connection: Connection, applied: Applied) -> None:
-        job = self.job
-        job.settled = None
-        if job.spider_id is None:
-            return  # never submitted: no task stored anything for it
-        try:
-            with connection.begin_nested():
+        _settle_all(connection, [_Ended(self.job, applied)])
+
+
+def _settle_all(connection: Connection, ended: Sequence[_Ended]) -> None:
+    """Settle the archive records of the jobs terminal moves just ended, in one savepoint of
+    the moves' transaction; sets each ``job.settled``.
+
+    A failure that is not an outage rolls back the savepoint only (logged; every one of these
+    jobs' records is then settled after the moves instead, ``OutcomeHandler.clean_up``); an
+    outage is raised, and with it the moves are rolled back.
+    """
+    submitted = [item for item in ended if item.job.spider_id is not None]
+    for item in ended:
+        item.job.settled = None  # never submitted: no task stored anything for it
+    if not submitted:
+        return
+    try:
+        with connection.begin_nested():
+            for item in submitted:
+                job = item.job
+                assert job.spider_id is not None
                 job.settled = settle_within(
-                    connection, job.job_id, applied.edge.dest, job.spider_id, self.publication
+                    connection, job.job_id, item.applied.edge.dest, job.spider_id, item.publication
                 )
-        except Exception as error:
-            if isinstance(error, SQLAlchemyError) and is_transient(error):
-                raise
-            _log.exception(
-                "settling the archives in the move failed; done after it", extra=job.log()
-            )
+    except Exception as error:
+        if isinstance(error, SQLAlchemyError) and is_transient(error):
+            raise
+        for item in submitted:
+            item.job.settled = None
+        _log.exception(
+            "settling the archives in the move failed; done after it (job(s) %s)",
+            ", ".join(str(item.job.job_id) for item in submitted),
+            extra=submitted[0].job.log() if len(submitted) == 1 else {},
+        )
