@@ -3,15 +3,13 @@ packages a fresh process has imported after importing the CLI, or after running 
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from coordinator.config.locations import CONFIG_ENV, DATA_DIR_ENV, DATABASE_URL_ENV
+from tests.import_probe import RUN_COMMAND, imported_after
 
 HEAVY = (
     "alembic",
@@ -33,45 +31,11 @@ HEAVY = (
 ASSEMBLY = ("coordinator.runtime", "coordinator.engine", "coordinator.service.coordinator")
 """The running service's parts: a command that only reads a database imports none of them."""
 
-_REPORT = """
-import json, runpy, sys
-sys.argv = ["coordinator", *json.loads(sys.argv[1])]
-try:
-    {action}
-except SystemExit:
-    pass
-heavy = {heavy!r}
-loaded = sorted(name for name in heavy if name in sys.modules)
-print("IMPORTED " + json.dumps(loaded), file=sys.stderr)
-"""
 
-
-def _imported(
-    *argv: str, action: str = "runpy.run_module('coordinator', run_name='__main__')"
-) -> set[str]:
+def _imported(*argv: str, action: str = RUN_COMMAND) -> set[str]:
     """The heavy packages (and parts of ``ASSEMBLY``) a fresh interpreter holds after ``action``
     (default: the command)."""
-    environment = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in {CONFIG_ENV, DATA_DIR_ENV, DATABASE_URL_ENV}
-    }
-    finished = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _REPORT.format(action=action, heavy=HEAVY + ASSEMBLY),
-            json.dumps(argv),
-        ],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=120,
-        check=False,
-    )
-    lines = [line for line in finished.stderr.splitlines() if line.startswith("IMPORTED ")]
-    assert lines, finished.stderr
-    return set(json.loads(lines[-1].removeprefix("IMPORTED ")))
+    return imported_after(argv, HEAVY + ASSEMBLY, action=action)[1]
 
 
 @pytest.fixture(scope="module")

@@ -31,15 +31,16 @@ def _row(engine: Engine, job_id: int) -> dict[str, object]:
 
 
 def _claim(store: JobStore, owner: str, limit: int, **options: object) -> list[leases.Lease]:
-    return leases.claim_pending(
-        store.engine,
-        owner=owner,
-        lease=LEASE,
-        now=store.clock(),
-        limit=limit,
-        is_ours=lambda job_id, blob: True,
-        **options,  # type: ignore[arg-type]
-    )
+    with store.engine.begin() as connection:
+        return leases.claim_pending(
+            connection,
+            owner=owner,
+            lease=LEASE,
+            now=store.clock(),
+            limit=limit,
+            is_ours=lambda job_id, blob: True,
+            **options,  # type: ignore[arg-type]
+        )
 
 
 def test_a_batched_claim_takes_each_row_once_at_its_next_epoch(store: JobStore) -> None:
@@ -59,14 +60,15 @@ def test_a_batched_claim_takes_each_row_once_at_its_next_epoch(store: JobStore) 
 def test_a_batched_claim_respects_the_limit_and_the_refusals(store: JobStore) -> None:
     ids = _pending(store, 30)
     refused = set(ids[::3])
-    claimed = leases.claim_pending(
-        store.engine,
-        owner="a",
-        lease=LEASE,
-        now=store.clock(),
-        limit=10,
-        is_ours=lambda job_id, blob: job_id not in refused,
-    )
+    with store.engine.begin() as connection:
+        claimed = leases.claim_pending(
+            connection,
+            owner="a",
+            lease=LEASE,
+            now=store.clock(),
+            limit=10,
+            is_ours=lambda job_id, blob: job_id not in refused,
+        )
     taken = [lease.job_id for lease in claimed]
     assert taken == [job_id for job_id in ids if job_id not in refused][:10]
     for job_id in refused:
@@ -118,9 +120,10 @@ def test_a_batched_take_over_takes_expired_and_own_leases_only(store: JobStore) 
     _in_flight(store, expired, "dead", expired=True)
     _in_flight(store, live, "alive", expired=False)
     _in_flight(store, own, "a", expired=False)  # held by this name before a restart
-    taken = leases.take_over_in_flight(
-        store.engine, owner="a", lease=LEASE, now=store.clock(), limit=100
-    )
+    with store.engine.begin() as connection:
+        taken = leases.take_over_in_flight(
+            connection, owner="a", lease=LEASE, now=store.clock(), limit=100
+        )
     assert sorted(lease.job_id for lease in taken) == sorted(expired + own)
     assert {lease.epoch for lease in taken} == {4}
     assert {lease.status for lease in taken} == {JobStatus.RUNNING}

@@ -57,14 +57,15 @@ def test_any_other_job_is_left_to_its_coordinator_or_as_it_is(
 ) -> None:
     job_id = new_job_in(store, status)
     if status is JobStatus.PENDING:
-        claimed = claim_pending(
-            store.engine,
-            owner="other",
-            lease=timedelta(minutes=1),
-            now=store.clock(),
-            limit=1,
-            is_ours=lambda _id, _config: True,
-        )
+        with store.engine.begin() as connection:
+            claimed = claim_pending(
+                connection,
+                owner="other",
+                lease=timedelta(minutes=1),
+                now=store.clock(),
+                limit=1,
+                is_ours=lambda _id, _config: True,
+            )
         assert [lease.job_id for lease in claimed] == [job_id]
 
     outcome = request_cancel(store, job_id, "alice")

@@ -81,7 +81,7 @@ class LeaseKeeper:
         now = self.loop.store.clock()
         owner = self.loop.instance_id
         with self.loop.engine.begin() as connection:
-            taken = leases.take_over_in_flight_within(
+            taken = leases.take_over_in_flight(
                 connection,
                 owner=owner,
                 lease=self.lease_duration,
@@ -91,7 +91,7 @@ class LeaseKeeper:
             )
             # Pending rows that already record a Spider job are claimed only to be ended (never
             # submitted: the `submitted` edge would lose its race on every attempt).
-            recorded = leases.claim_pending_within(
+            recorded = leases.claim_pending(
                 connection,
                 owner=owner,
                 lease=self.lease_duration,
@@ -101,7 +101,7 @@ class LeaseKeeper:
                 skip=self._foreign | set(self.loop.driven),
                 recorded_spider_id=True,
             )
-            claimed = leases.claim_pending_within(
+            claimed = leases.claim_pending(
                 connection,
                 owner=owner,
                 lease=self.lease_duration,

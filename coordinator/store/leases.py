@@ -89,27 +89,17 @@ def _claimable() -> ColumnElement[bool]:
     )
 
 
-def _not_skipped(skipping: bool) -> list[ColumnElement[bool]]:
-    return [_jobs.c.id.not_in(bindparam("skip", expanding=True))] if skipping else []
-
-
-@cache
-def _pending_candidates(recorded_spider_id: bool, skipping: bool) -> Select[Any]:
-    """``claim_pending``'s candidates: parameters ``now``, ``owner``, ``limit`` (and ``skip``)."""
+def _candidates(
+    columns: list[ColumnElement[Any]], conditions: list[ColumnElement[bool]], skipping: bool
+) -> Select[Any]:
+    """Rows meeting ``conditions`` that are claimable, oldest first, locked unless another claim
+    holds them: parameters ``now``, ``owner``, ``limit`` (and ``skip``, the ids not to consider,
+    when ``skipping``)."""
+    if skipping:
+        conditions = [*conditions, _jobs.c.id.not_in(bindparam("skip", expanding=True))]
     return (
-        select(
-            _jobs.c.id,
-            _jobs.c.lease_epoch,
-            _jobs.c.spider_id,
-            _jobs.c.clp_config,
-            _jobs.c.cancel_requested_at,
-        )
-        .where(
-            _jobs.c.status == int(JobStatus.PENDING),
-            _jobs.c.spider_id.is_not(None) if recorded_spider_id else _jobs.c.spider_id.is_(None),
-            _claimable(),
-            *_not_skipped(skipping),
-        )
+        select(*columns)
+        .where(*conditions, _claimable())
         .order_by(_jobs.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
@@ -117,26 +107,27 @@ def _pending_candidates(recorded_spider_id: bool, skipping: bool) -> Select[Any]
 
 
 @cache
+def _pending_candidates(recorded_spider_id: bool, skipping: bool) -> Select[Any]:
+    """``claim_pending``'s candidates (``_candidates``)."""
+    c = _jobs.c
+    return _candidates(
+        [c.id, c.lease_epoch, c.spider_id, c.clp_config, c.cancel_requested_at],
+        [
+            c.status == int(JobStatus.PENDING),
+            c.spider_id.is_not(None) if recorded_spider_id else c.spider_id.is_(None),
+        ],
+        skipping,
+    )
+
+
+@cache
 def _in_flight_candidates(skipping: bool) -> Select[Any]:
-    """``take_over_in_flight``'s candidates: parameters as ``_pending_candidates``'."""
-    return (
-        select(
-            _jobs.c.id,
-            _jobs.c.lease_epoch,
-            _jobs.c.status,
-            _jobs.c.spider_id,
-            _jobs.c.clp_config,
-            _jobs.c.committed_at,
-        )
-        .where(
-            _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES),
-            _jobs.c.spider_id.is_not(None),
-            _claimable(),
-            *_not_skipped(skipping),
-        )
-        .order_by(_jobs.c.id)
-        .limit(bindparam("limit"))
-        .with_for_update(skip_locked=True)
+    """``take_over_in_flight``'s candidates (``_candidates``)."""
+    c = _jobs.c
+    return _candidates(
+        [c.id, c.lease_epoch, c.status, c.spider_id, c.clp_config, c.committed_at],
+        [c.status.in_(IN_FLIGHT_STATUS_VALUES), c.spider_id.is_not(None)],
+        skipping,
     )
 
 
@@ -211,7 +202,7 @@ _STILL_PENDING = select(_jobs.c.id).where(
 
 
 def claim_pending(
-    engine: Engine,
+    connection: Connection,
     *,
     owner: str,
     lease: timedelta,
@@ -227,36 +218,10 @@ def claim_pending(
     only rows that already record one (``Lease.spider_id``): jobs to end, never to submit.
     ``skip`` lists ids not to consider: known not to be ours (so their blobs are not decoded every
     tick) or already driven by the caller.
-    Jobs ``is_ours`` refuses are not written. Raises the driver's errors, and whatever ``is_ours``
+    Jobs ``is_ours`` refuses are not written. Runs in the caller's transaction, which then
+    commits the claims (or not). Raises the driver's errors, and whatever ``is_ours``
     raises (nothing is claimed then).
     """
-    if limit <= 0:
-        return []
-    with engine.begin() as connection:
-        return claim_pending_within(
-            connection,
-            owner=owner,
-            lease=lease,
-            now=now,
-            limit=limit,
-            is_ours=is_ours,
-            skip=skip,
-            recorded_spider_id=recorded_spider_id,
-        )
-
-
-def claim_pending_within(
-    connection: Connection,
-    *,
-    owner: str,
-    lease: timedelta,
-    now: datetime,
-    limit: int,
-    is_ours: Callable[[int, bytes], bool],
-    skip: Collection[int] = (),
-    recorded_spider_id: bool = False,
-) -> list[Lease]:
-    """``claim_pending`` in the caller's transaction (which then commits the claims, or not)."""
     if limit <= 0:
         return []
     candidates = connection.execute(
@@ -285,7 +250,7 @@ def claim_pending_within(
 
 
 def take_over_in_flight(
-    engine: Engine,
+    connection: Connection,
     *,
     owner: str,
     lease: timedelta,
@@ -295,26 +260,9 @@ def take_over_in_flight(
 ) -> list[Lease]:
     """Take up to ``limit`` Running/Committed jobs whose lease expired (or was ours before).
 
-    ``skip`` lists the jobs the caller already drives. Raises the driver's errors.
+    ``skip`` lists the jobs the caller already drives. Runs in the caller's transaction, which
+    then commits the take-overs. Raises the driver's errors.
     """
-    if limit <= 0:
-        return []
-    with engine.begin() as connection:
-        return take_over_in_flight_within(
-            connection, owner=owner, lease=lease, now=now, limit=limit, skip=skip
-        )
-
-
-def take_over_in_flight_within(
-    connection: Connection,
-    *,
-    owner: str,
-    lease: timedelta,
-    now: datetime,
-    limit: int,
-    skip: Collection[int] = (),
-) -> list[Lease]:
-    """``take_over_in_flight`` in the caller's transaction (which then commits the take-overs)."""
     if limit <= 0:
         return []
     candidates = connection.execute(

@@ -520,37 +520,36 @@ class EmbeddedSpider:
         for all of them). Every job is stored in one transaction (a tick's submissions cost one
         commit, not one each). Raises the database's errors (nothing stored, unless the database
         went away during the commit)."""
-        answers: list[int | SpiderError] = []
+        answers: dict[int, int | SpiderError] = {}
         decoded: list[tuple[int, JobSubmission, bytes, bytes]] = []
         for position, (graph, inputs) in enumerate(submissions):
             try:
                 decoded.append((position, decode_job_submission(graph, inputs), graph, inputs))
-                answers.append(0)  # replaced below by the job's id or the batch's error
             except InvalidTaskGraph as error:
-                answers.append(InvalidArgument(str(error)))
-        if not decoded:
-            return answers
-        # The sweep never sees a row of ours without its job in memory (``_registering``); the
-        # condition is held only to add them, not while the database is written.
-        with self._registering:
-            try:
-                job_ids = self._insert_jobs(
-                    resource_group_id, [(graph, inputs) for _, _, graph, inputs in decoded]
-                )
-            except (Unauthenticated, ServerError) as error:
-                for position, *_ in decoded:
-                    answers[position] = error
-                return answers
-            jobs = [
-                _build_job(job_id, submission.task_graph, list(submission.inputs), JobState.READY)
-                for (_, submission, _, _), job_id in zip(decoded, job_ids, strict=True)
-            ]
-            with self._condition:
-                for job in jobs:
-                    self._jobs[job.id] = job
-        for (position, *_), job_id in zip(decoded, job_ids, strict=True):
-            answers[position] = job_id
-        return answers
+                answers[position] = InvalidArgument(str(error))
+        if decoded:
+            # The sweep never sees a row of ours without its job in memory (``_registering``);
+            # the condition is held only to add them, not while the database is written.
+            with self._registering:
+                try:
+                    job_ids = self._insert_jobs(
+                        resource_group_id, [(graph, inputs) for _, _, graph, inputs in decoded]
+                    )
+                except (Unauthenticated, ServerError) as error:
+                    answers.update((position, error) for position, *_ in decoded)
+                else:
+                    with self._condition:
+                        for (position, submission, _, _), job_id in zip(
+                            decoded, job_ids, strict=True
+                        ):
+                            self._jobs[job_id] = _build_job(
+                                job_id,
+                                submission.task_graph,
+                                list(submission.inputs),
+                                JobState.READY,
+                            )
+                            answers[position] = job_id
+        return [answers[position] for position in range(len(submissions))]
 
     def _insert_jobs(
         self, resource_group_id: int, payloads: Sequence[tuple[bytes, bytes]]
