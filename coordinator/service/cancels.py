@@ -1,4 +1,5 @@
-"""Serving operators' cancel requests, on every tick, until the job ends.
+"""Serving operators' cancel requests, on every tick (at least once per polling interval), until
+the job ends.
 
 The request (``cancel_requested_at``) is the only record of it: nothing in memory marks it
 delivered, so whoever drives the job, a coordinator that took it over included, serves it again

@@ -5,7 +5,9 @@ Each ``tick`` calls, in this order:
 1. the **lease keeper** (``lease_keeper.py``): renew the leases of the driven jobs (a job another
    coordinator took over is dropped at once); every later write is fenced by the lease epoch;
 2. the **cancel server** (``cancels.py``): serve operators' persisted cancel requests;
-3. the lease keeper again: **claim** up to ``max_concurrent_jobs`` minus the jobs already driven;
+3. the lease keeper again: **claim** up to ``max_concurrent_jobs`` minus the jobs already driven
+   (a tick that only ``wake`` caused does 2 and 3 at most once per polling interval, see
+   ``Coordinator._reads_due``);
 4. for each driven job that is due: the **submitter** (``submitter.py``) for a Pending job
    (prepare, register, record, start, state first; the submissions of up to
    ``SUBMISSION_BATCH`` jobs recorded in one transaction), the **outcome handler**
@@ -152,6 +154,10 @@ class Coordinator:
         liveness check (``coordinator.service.health.loop_liveness``) reads it."""
         self._claim_retry_at = 0.0
         self._phase_failures = 0
+        self._reads_due_at = 0.0
+        """When a woken tick reads cancel requests and claims again (see ``_reads_due``)."""
+        self._backlog = True
+        """Whether the last claim filled every free place (more Pending jobs may be waiting)."""
         self.resource_group = ResourceGroup(engine, spider, settings.resource_group.name)
         self.leases = LeaseKeeper(
             self.loop,
@@ -243,11 +249,24 @@ class Coordinator:
 
     def _tick(self) -> TickReport:
         report = TickReport()
+        reads_due = self._reads_due()
         self._due_woken()
         self._guarded_phase("lease renewal", self.leases.renew)
-        self.cancels.serve()
-        if not self.stopping.is_set() and self.loop.monotonic() >= self._claim_retry_at:
+        if reads_due:
+            self.cancels.serve()
+        claims_due = reads_due or self._backlog
+        if (
+            claims_due
+            and not self.stopping.is_set()
+            and self.loop.monotonic() >= self._claim_retry_at
+        ):
+            capacity = self.settings.max_concurrent_jobs - len(self.driven)
             report.claimed = self._guarded_phase("claim", self.leases.claim) or 0
+            self._backlog = report.claimed >= capacity
+        if reads_due:
+            self._reads_due_at = (
+                self.loop.monotonic() + self.settings.job_polling_interval_millisecs / 1000
+            )
         jobs = [
             job
             for job in self.driven.values()
@@ -282,6 +301,21 @@ class Coordinator:
             self.outcomes.sweep()
         report.driven = len(self.driven)
         return report
+
+    def _reads_due(self) -> bool:
+        """Whether this tick reads the cancel requests and claims Pending jobs.
+
+        A tick that only ``wake`` caused (the embedded engine ends a job: about one tick per
+        job, issue 14) skips both reads unless ``job_polling_interval_millisecs`` has passed
+        since they last ran; so an operator's cancel request or a new job waits no longer than
+        it does between the loop's own ticks. It still claims when the last claim filled every
+        free place (``_backlog``): the places the ended jobs free go to the waiting jobs at once.
+        Every other tick reads, as does any tick while nothing is driven (``--until-idle`` ends
+        only after a claim found nothing).
+        """
+        if not self._woken or not self.driven:
+            return True
+        return self.loop.monotonic() >= self._reads_due_at
 
     def release_leases(self) -> None:
         """Give up every lease now, so another coordinator (or the next start) continues at once."""
