@@ -30,9 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import cast
 
-from sqlalchemy import Engine, Table, bindparam, insert, select, text, update
+from sqlalchemy import Engine, bindparam, insert, select, text, update
 from sqlalchemy.engine import make_url
 
 from coordinator import metrics
@@ -49,12 +48,10 @@ from coordinator.spider.measured import MeasuredSpider
 from coordinator.spider.port import JobNotFound, JobState, ServerError
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
-from coordinator.store.schema import CompressionJob, IngestedS3ObjectMetadata, IngestionJob
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import ingested_s3_object_metadata as _objects
+from coordinator.store.schema import ingestion_jobs as _ingestion_jobs
 from coordinator.task_io import DefaultAuthentication
-
-_jobs = cast(Table, CompressionJob.__table__)
-_objects = cast(Table, IngestedS3ObjectMetadata.__table__)
-_ingestion_jobs = cast(Table, IngestionJob.__table__)
 
 BUCKET = "logs"
 PREFIX = "ingest/"
@@ -155,7 +152,7 @@ def job_blob(ingestion_job_id: int, object_id: int) -> bytes:
                 timestamp_key=None,
                 unstructured=False,
             ),
-            output=output_config_of(ArchiveOutput())  # CLP's defaults,
+            output=output_config_of(ArchiveOutput()),  # CLP's defaults
         )
     )
 

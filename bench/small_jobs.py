@@ -50,7 +50,7 @@ from coordinator.config.loader import CoordinatorConfig, database_url, load_conf
 from coordinator.service.ingest import submit_job
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs
 
 SUCCEEDED = 2
 
@@ -175,7 +175,7 @@ def run_coordinator(root: Path, environment: dict[str, str], profile: Path | Non
 def succeeded(url: str) -> tuple[int, int]:
     engine = create_database_engine(url)
     with engine.connect() as connection:
-        statuses = [row[0] for row in connection.execute(select(CompressionJob.status))]
+        statuses = [row[0] for row in connection.execute(select(compression_jobs.c.status))]
     engine.dispose()
     return sum(1 for status in statuses if status == SUCCEEDED), len(statuses)
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Engine, Table, event, func, insert, select, text
+from sqlalchemy import Engine, event, func, insert, select, text
 
 from bench import partition as partition_bench
 from bench.noop import HOLDING_PACKAGE, INSTANT_PACKAGE, executor_transactions
@@ -44,11 +44,11 @@ from coordinator.lifecycle import JobStatus
 from coordinator.partition import partition_objects
 from coordinator.runtime import open_engine, open_runtime
 from coordinator.service.ingest import submit_job
-from coordinator.store.schema import CompressionJob, JobTransition, StoredArchive
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import job_transitions, stored_archives
 
 MIB = 1024 * 1024
 TERMINAL = (int(JobStatus.SUCCEEDED), int(JobStatus.FAILED), int(JobStatus.KILLED))
-_jobs = cast(Table, CompressionJob.__table__)
 
 
 @dataclass
@@ -554,15 +554,15 @@ def _marks(engine: Engine, job_id: int, submitted_at: float) -> dict[str, float]
         return float(moment.timestamp() - submitted_at)
 
     marks: dict[str, float] = {}
-    transitions = cast(Table, JobTransition.__table__)
-    archives = cast(Table, StoredArchive.__table__)
     with engine.connect() as connection:
         for trigger, at in connection.execute(
-            select(transitions.c.trigger, transitions.c.at).where(transitions.c.job_id == job_id)
+            select(job_transitions.c.trigger, job_transitions.c.at).where(
+                job_transitions.c.job_id == job_id
+            )
         ):
             marks[str(trigger)] = since(at)
         stored = connection.execute(
-            select(func.max(archives.c.stored_at)).where(archives.c.job_id == job_id)
+            select(func.max(stored_archives.c.stored_at)).where(stored_archives.c.job_id == job_id)
         ).scalar_one()
     if stored is not None:
         marks["stored"] = since(stored)

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, cast
+from typing import TYPE_CHECKING, Self
 
 from pydantic import SecretStr
-from sqlalchemy import Engine, Table, select
+from sqlalchemy import Engine, select
 
 from coordinator.archive_storage import ArchiveOutputSettings, FsArchiveOutput, S3ArchiveOutput
 from coordinator.config.clp import ArchiveFsStorage, ArchiveS3Storage, S3IngestionConfig, Spider
@@ -59,7 +59,7 @@ from coordinator.spider.port import SpiderPort
 from coordinator.store.instances import COORDINATOR, InstanceInUse, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.opening import open_engine
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.task_io import AwsCredentials, CredentialsAuthentication, DefaultAuthentication
 
 if TYPE_CHECKING:
@@ -67,7 +67,6 @@ if TYPE_CHECKING:
     from coordinator.spider.grpc.client import GrpcSpider
 
 _log = logging.getLogger(__name__)
-_jobs = cast(Table, CompressionJob.__table__)
 
 EMBEDDED_INSTANCE_ID = "embedded"
 """The embedded default runs one coordinator per data directory, so its name can be stable and a

@@ -21,13 +21,13 @@ from coordinator.config.locations import CONFIG_ENV
 from coordinator.store.database import create_database_engine, create_sqlite_directory
 from coordinator.store.downgrade import refuse_unless_clp_can_read
 from coordinator.store.migrate import migration_connection
-from coordinator.store.schema import Base
+from coordinator.store.schema import metadata
 
 
 def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
-        target_metadata=Base.metadata,
+        target_metadata=metadata,
         transaction_per_migration=True,
         render_as_batch=connection.dialect.name == "sqlite",
     )

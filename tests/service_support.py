@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import zstandard
-from sqlalchemy import Engine, Table, delete, func, inspect, select, update
+from sqlalchemy import Engine, delete, func, inspect, select, update
 
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.config.loader import CoordinatorConfig
@@ -33,7 +33,9 @@ from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table
 from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
-from coordinator.store.schema import CompressionJob, EngineJob
+from coordinator.store.jobs import JobRow
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import engine_jobs as _engine_jobs
 from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives
 from coordinator.task_io import DefaultAuthentication
 from tests.sample_logs import write_json_logs
@@ -42,8 +44,6 @@ BUCKET = "logs"
 PREFIX = "ingest/"
 EVENTS_PER_FILE = 2000
 
-_jobs = cast(Table, CompressionJob.__table__)
-_engine_jobs = cast(Table, EngineJob.__table__)
 _SPIDER_TERMINAL = [name for state, name in STATE_NAMES.items() if state.is_terminal]
 
 
@@ -275,7 +275,7 @@ def triggers(rt: Runtime, job_id: int) -> list[str]:
     return [move.trigger for move in rt.store.history(job_id)]
 
 
-def job_row(rt: Runtime, job_id: int) -> CompressionJob:
+def job_row(rt: Runtime, job_id: int) -> JobRow:
     """The job's row; fails when there is none."""
     row = rt.store.get(job_id)
     assert row is not None, f"job {job_id} does not exist"

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import msgpack
 import pytest
 import zstandard
-from sqlalchemy import Engine, Table, update
+from sqlalchemy import Engine, update
 
 from coordinator.cli import jobs as job_commands
 from coordinator.cli.main import main
@@ -42,7 +42,7 @@ from coordinator.service.prepare import prepare
 from coordinator.spider.port import JobState
 from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
 from coordinator.store.jobs import job_state
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 from tests.service_support import (
     BUCKET,
     PREFIX,
@@ -55,8 +55,6 @@ from tests.service_support import (
     triggers,
     valid_named_config,
 )
-
-_jobs = cast(Table, CompressionJob.__table__)
 
 DESERIALIZE = "Failed to deserialize CLP I/O config: "
 FAILED = "Compression job failed: "

@@ -16,10 +16,10 @@ import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, Table, delete, event, update
+from sqlalchemy import Connection, Engine, delete, event, update
 
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.engine.embedded.faults import Fault
@@ -33,7 +33,7 @@ from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table, files_table
 from coordinator.store.jobs import job_state
 from coordinator.store.leases import request_cancel
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 from tests.engine_support import wait_for
 from tests.service_support import (
     TRANSPORTS,
@@ -62,7 +62,6 @@ FATAL = "would shut down"
 """What the embedded engine says when it refuses a CancelJob on which a real Spider's storage
 server would shut down (CommitReady without a cleanup task, Ready with one)."""
 TERMINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-_jobs = cast(Table, CompressionJob.__table__)
 
 
 @pytest.fixture(params=TRANSPORTS)

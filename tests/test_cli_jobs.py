@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from sqlalchemy import Table, update
+from sqlalchemy import update
 
 from coordinator.cli import jobs as job_commands
 from coordinator.cli.jobs import (
@@ -33,10 +33,9 @@ from coordinator.lifecycle import Actor, CommittedStorage, JobStatus, Trigger
 from coordinator.service.ingest import output_config_of
 from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.task_io import DefaultAuthentication
 
-_jobs = cast(Table, CompressionJob.__table__)
 _UNDECODABLE = b"not a zstd frame"
 
 # --- real rows ----------------------------------------------------------------------------------

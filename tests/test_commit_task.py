@@ -15,7 +15,7 @@ from coordinator.lifecycle import Actor, JobStatus
 from coordinator.store.archives import withdraw_archives
 from coordinator.store.datasets import archives_table, ensure_dataset_tables
 from coordinator.store.jobs import JobStore, job_state
-from coordinator.store.schema import Dataset
+from coordinator.store.schema import datasets
 from coordinator.store.stored_archives import (
     record_stored_archive,
     stored_archives_of_job,
@@ -85,8 +85,10 @@ def test_the_commit_publishes_and_moves_the_job_to_committed(
         ("b0", creator, 2),
     ]
     with migrated_engine.connect() as connection:
-        datasets = connection.execute(select(Dataset.name, Dataset.archive_storage_directory)).all()
-    assert datasets == [("web", str(tmp_path / "archives" / "web"))]
+        registered = connection.execute(
+            select(datasets.c.name, datasets.c.archive_storage_directory)
+        ).all()
+    assert registered == [("web", str(tmp_path / "archives" / "web"))]
     last = store.history(job_id)[-1]
     assert (last.trigger, last.actor, last.to_status) == ("committed", Actor.COMMIT_TASK.value, 5)
 

@@ -25,7 +25,7 @@ from coordinator.spider.port import (
 )
 from coordinator.spider.task_graph import TaskGraph
 from coordinator.spider.wire import compress, encode_job_inputs
-from coordinator.store.schema import EngineJob
+from coordinator.store.schema import engine_jobs
 from tests.engine_support import (
     graph,
     journal,
@@ -385,7 +385,7 @@ def test_new_job_ids_stay_above_the_spider_ids_compression_jobs_records(
     # The engine's records are reset (Spider's storage wiped): still no id compression_jobs holds.
     record_spider_ids(migrated_engine, [first])
     with migrated_engine.begin() as connection:
-        connection.execute(delete(EngineJob))
+        connection.execute(delete(engine_jobs))
     with running_engine(migrated_engine, spider_dir) as spider:
         group = spider.add_resource_group("rg2", PASSWORD)
         assert submit(spider, group, graph(task("echo")), [b"c"]) == 1002
@@ -425,7 +425,7 @@ def test_engines_sharing_a_database_register_at_once_with_distinct_ids(
         for job_id in ids:  # each engine knows the jobs it registered, by id, from the database
             assert first.get_job_state(job_id) is JobState.READY
     with migrated_engine.connect() as connection:
-        stored = connection.execute(select(EngineJob.id)).scalars().all()
+        stored = connection.execute(select(engine_jobs.c.id)).scalars().all()
     assert sorted(stored) == sorted(ids)
 
 

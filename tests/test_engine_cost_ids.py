@@ -19,7 +19,7 @@ from coordinator.spider.port import JobState
 from coordinator.spider.task_graph import InvalidTaskGraph, decode_job_submission
 from coordinator.spider.wire import encode_job_inputs
 from coordinator.store.clock import utc_now
-from coordinator.store.schema import EngineJob
+from coordinator.store.schema import engine_jobs
 from coordinator.store.stored_archives import record_stored_archive
 from tests.engine_support import graph, record_spider_ids, registrar, submit, task
 from tests.paths import stored_record
@@ -96,7 +96,7 @@ def test_a_reset_of_the_engine_table_under_a_running_engine_reads_clp_tables_aga
         first = register(spider, group)
         record_spider_ids(migrated_engine, [first, first + 10])  # + 10: another engine's
         with migrated_engine.begin() as connection:
-            connection.execute(delete(EngineJob))
+            connection.execute(delete(engine_jobs))
         assert register(spider, group) == first + 11
 
 
@@ -109,7 +109,7 @@ def test_a_reset_that_leaves_the_smallest_id_is_noticed_by_the_largest(
         first, second = register(spider, group), register(spider, group, b"b")
         record_spider_ids(migrated_engine, [second, second + 10])
         with migrated_engine.begin() as connection:
-            connection.execute(delete(EngineJob).where(EngineJob.id > first))
+            connection.execute(delete(engine_jobs).where(engine_jobs.c.id > first))
         assert register(spider, group) == second + 11
 
 
@@ -123,9 +123,9 @@ def test_a_reset_that_leaves_larger_ids_is_noticed_by_the_smallest_id(
         first = register(spider, group)
         record_spider_ids(migrated_engine, [first + 50])
         with migrated_engine.begin() as connection:
-            row = connection.execute(select(EngineJob.__table__)).one()._asdict()
-            connection.execute(delete(EngineJob))
-            connection.execute(insert(EngineJob), {**row, "id": first + 1})
+            row = connection.execute(select(engine_jobs)).one()._asdict()
+            connection.execute(delete(engine_jobs))
+            connection.execute(insert(engine_jobs), {**row, "id": first + 1})
         assert register(spider, group) == first + 51
 
 
@@ -151,7 +151,7 @@ def test_an_id_collision_chooses_again_above_the_winner(
                 with migrated_engine.begin() as other:  # another engine's committed row
                     now = utc_now()
                     other.execute(
-                        insert(EngineJob),
+                        insert(engine_jobs),
                         {
                             "id": 2,
                             "resource_group_id": group,

@@ -26,7 +26,7 @@ from coordinator.spider.port import (
     start_if_ready,
 )
 from coordinator.spider.wire import encode_job_inputs
-from coordinator.store.schema import EngineJob
+from coordinator.store.schema import engine_jobs
 from tests.engine_support import graph, registrar, submit, task
 from tests.service_support import SpiderProxy
 
@@ -48,7 +48,7 @@ def _stored_states(database: Engine, job_ids: list[int]) -> list[str]:
     with database.connect() as connection:
         states = dict(
             connection.execute(
-                select(EngineJob.id, EngineJob.state).where(EngineJob.id.in_(job_ids))
+                select(engine_jobs.c.id, engine_jobs.c.state).where(engine_jobs.c.id.in_(job_ids))
             ).all()
         )
     return [states[job_id] for job_id in job_ids]
@@ -81,7 +81,7 @@ def test_a_row_changed_behind_the_engine_is_answered_as_start_job_answers_it(
         first, second = (submit(spider, group, GRAPH, [bytes([n])]) for n in range(2))
         with migrated_engine.begin() as connection:  # a start that applied, its reply lost
             connection.execute(
-                EngineJob.__table__.update().where(EngineJob.id == second).values(state="Running")
+                engine_jobs.update().where(engine_jobs.c.id == second).values(state="Running")
             )
         answers = start_all_if_ready(spider, [first, second])
         assert answers == [JobState.RUNNING, JobState.RUNNING]

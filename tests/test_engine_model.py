@@ -66,7 +66,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from sqlalchemy import Table, delete, select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 
 import coordinator.service.crashpoints as crashpoints_module
@@ -96,7 +96,8 @@ from coordinator.service.operator_cancel import request_cancel
 from coordinator.store.database import create_database_engine, is_transient
 from coordinator.store.instances import COORDINATOR, Presence
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CoordinatorInstance, EngineJob
+from coordinator.store.schema import coordinator_instances as _instances
+from coordinator.store.schema import engine_jobs as _engine_jobs
 from coordinator.task_io import CompressionTaskOutput
 from tests.test_lifecycle_model import (
     DATASET,
@@ -115,8 +116,6 @@ NAMES = ("a", "b")
 STALE_AFTER_SECS = 10 * 24 * 3600.0
 """The replicas' presence rows never expire during a program (no heartbeat thread runs)."""
 
-_engine_jobs = cast(Table, EngineJob.__table__)
-_instances = cast(Table, CoordinatorInstance.__table__)
 _UNFINISHED = {STATE_NAMES[state] for state in STATE_NAMES if not state.is_terminal}
 OUTCOMES = st.just("succeeds") | st.sampled_from(
     ["fails", "crashes", "crashes-after-effects", "times-out-after-effects"]

@@ -31,7 +31,7 @@ from coordinator.spider.wire import encode_job_inputs
 from coordinator.store.clock import utc_now
 from coordinator.store.instances import ENGINE, Presence
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import EngineJob
+from coordinator.store.schema import engine_jobs
 from tests.engine_support import (
     TEST_PACKAGES,
     graph,
@@ -63,7 +63,7 @@ def _start(spider: EmbeddedSpider, inputs: list[bytes], *names: str) -> int:
 def _stored(engine: Engine, job_id: int) -> tuple[str, str | None]:
     with engine.connect() as connection:
         row = connection.execute(
-            select(EngineJob.state, EngineJob.owner).where(EngineJob.id == job_id)
+            select(engine_jobs.c.state, engine_jobs.c.owner).where(engine_jobs.c.id == job_id)
         ).one()
     return str(row.state), row.owner
 
@@ -227,8 +227,8 @@ def test_a_gone_owners_unrecorded_ready_job_is_cancelled_not_adopted(
         with migrated_engine.connect() as connection:
             return dict(
                 connection.execute(
-                    select(EngineJob.id, EngineJob.owner).where(
-                        EngineJob.id.in_([unrecorded, recorded])
+                    select(engine_jobs.c.id, engine_jobs.c.owner).where(
+                        engine_jobs.c.id.in_([unrecorded, recorded])
                     )
                 ).all()
             )
@@ -285,8 +285,8 @@ def test_a_gone_owners_job_whose_stored_graph_no_longer_decodes_is_failed_not_st
     ).encode()
     with migrated_engine.begin() as connection:
         connection.execute(
-            update(EngineJob)
-            .where(EngineJob.id == job_id)
+            update(engine_jobs)
+            .where(engine_jobs.c.id == job_id)
             .values(task_graph=zstandard.ZstdCompressor().compress(stored_graph))
         )
 
@@ -302,7 +302,7 @@ def test_a_gone_owners_job_whose_stored_graph_no_longer_decodes_is_failed_not_st
 def _stored_graph_json(engine: Engine, job_id: int) -> bytes:
     with engine.connect() as connection:
         compressed = connection.execute(
-            select(EngineJob.task_graph).where(EngineJob.id == job_id)
+            select(engine_jobs.c.task_graph).where(engine_jobs.c.id == job_id)
         ).scalar_one()
     return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(compressed))
 
@@ -330,7 +330,7 @@ def test_every_gone_owners_job_is_adopted_at_start_a_page_at_a_time(
         for job_id in range(5001, 5231)
     ]
     with migrated_engine.begin() as connection:
-        connection.execute(insert(EngineJob.__table__), rows)
+        connection.execute(insert(engine_jobs), rows)
     spider = EmbeddedSpider(
         migrated_engine,
         settings(migrated_engine, tmp_path / "second"),
@@ -341,6 +341,6 @@ def test_every_gone_owners_job_is_adopted_at_start_a_page_at_a_time(
     )
     with spider, migrated_engine.connect() as connection:
         owners = connection.execute(
-            select(EngineJob.owner).where(EngineJob.id.between(5001, 5230))
+            select(engine_jobs.c.owner).where(engine_jobs.c.id.between(5001, 5230))
         ).scalars()
         assert set(owners) == {spider.token}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from datetime import datetime, timedelta
 
 import pytest
@@ -26,8 +27,8 @@ from coordinator.store.guarded import (
     LostRace,
     NotFound,
 )
-from coordinator.store.jobs import JobStore, job_state
-from coordinator.store.schema import CompressionJob, Dataset
+from coordinator.store.jobs import JobRow, JobStore, TransitionRow, job_state
+from coordinator.store.schema import compression_jobs, datasets, job_transitions
 from tests.paths import SPIDER_ID, new_job_in, request
 
 START = datetime(2026, 11, 30, 12, 0, 0, 123000)
@@ -58,8 +59,8 @@ def _new_job_for(store: JobStore, edge: Edge) -> int:
         # 'abandoned': a Pending row that some other writer gave a Spider id.
         with store.engine.begin() as connection:
             connection.execute(
-                update(CompressionJob)
-                .where(CompressionJob.id == job_id)
+                update(compression_jobs)
+                .where(compression_jobs.c.id == job_id)
                 .values(spider_id=SPIDER_ID)
             )
     return job_id
@@ -195,7 +196,7 @@ def test_the_spider_id_guards(store: JobStore, migrated_engine: Engine) -> None:
     pending = new_job_in(store, JobStatus.PENDING)
     with migrated_engine.begin() as connection:
         connection.execute(
-            update(CompressionJob).where(CompressionJob.id == pending).values(spider_id=9)
+            update(compression_jobs).where(compression_jobs.c.id == pending).values(spider_id=9)
         )
     resubmitted = store.transition(
         request(pending, "submitted", JobStatus.PENDING, JobStatus.RUNNING, Actor.COORDINATOR)
@@ -211,7 +212,7 @@ def test_a_fenced_write_needs_the_current_lease_epoch(
     job_id = new_job_in(store, JobStatus.PENDING)
     with migrated_engine.begin() as connection:
         connection.execute(
-            update(CompressionJob).where(CompressionJob.id == job_id).values(lease_epoch=3)
+            update(compression_jobs).where(compression_jobs.c.id == job_id).values(lease_epoch=3)
         )
     submit = ("submitted", JobStatus.PENDING, JobStatus.RUNNING, Actor.COORDINATOR)
     stale = store.transition(request(job_id, *submit, fence=2))
@@ -228,12 +229,20 @@ def test_an_unknown_job_is_not_found(store: JobStore) -> None:
     ):
         result = store.transition(request(999, trigger, source, dest, Actor.COORDINATOR))
         assert result == NotFound(999)
+    assert store.get(999) is None
+    assert store.history(999) == []
+
+
+def test_the_row_snapshots_name_every_column_of_their_tables() -> None:
+    """``JobStore.get`` and ``history`` build these from every column of the row."""
+    assert [field.name for field in fields(JobRow)] == compression_jobs.c.keys()
+    assert [field.name for field in fields(TransitionRow)] == job_transitions.c.keys()
 
 
 def test_effects_commit_with_the_move_or_not_at_all(store: JobStore) -> None:
     def publish(connection: Connection, applied: Applied) -> None:
         connection.execute(
-            insert(Dataset).values(name=f"ds{applied.job_id}", archive_storage_directory="d")
+            insert(datasets).values(name=f"ds{applied.job_id}", archive_storage_directory="d")
         )
 
     def publish_then_fail(connection: Connection, applied: Applied) -> None:
@@ -254,7 +263,7 @@ def test_effects_commit_with_the_move_or_not_at_all(store: JobStore) -> None:
     lost = store.transition(request(succeeding, *commit), effects=publish)
     assert isinstance(lost, LostRace)
     with store.engine.connect() as connection:
-        names = connection.execute(select(Dataset.name)).scalars().all()
+        names = connection.execute(select(datasets.c.name)).scalars().all()
     assert names == [f"ds{succeeding}"]
 
 

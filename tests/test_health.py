@@ -35,7 +35,7 @@ from coordinator.service.resource_group import ResourceGroup
 from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
-from coordinator.store.schema import CoordinatorInstance, SpiderResourceGroup
+from coordinator.store.schema import coordinator_instances, spider_resource_groups
 from tests.service_support import coordinator_with
 from tests.timing import MovableClock
 
@@ -224,7 +224,7 @@ def test_the_spider_checks_reach_spider_and_verify_the_resource_group(
 
             # Spider's storage was reset: the recorded id is unknown to it.
             with rt.engine.begin() as connection:
-                connection.execute(update(SpiderResourceGroup).values(rg_id=group + 1000))
+                connection.execute(update(spider_resource_groups).values(rg_id=group + 1000))
             checks = _by_name(run_health_checks(spider_config))
             assert not checks["resource group"].ok
             assert checks["resource group"].detail.startswith(
@@ -348,7 +348,7 @@ def test_a_metrics_port_in_use_refuses_to_start_and_leaves_nothing_behind(
     engine = _engine_of(config)
     try:
         with engine.connect() as connection:
-            assert connection.execute(select(CoordinatorInstance)).all() == []
+            assert connection.execute(select(coordinator_instances)).all() == []
     finally:
         engine.dispose()
     with open_runtime(config, lease_secs=5) as rt:

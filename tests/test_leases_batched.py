@@ -8,16 +8,14 @@ claimed nor renewed, and the others are. On SQLite and MariaDB.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import cast
 
-from sqlalchemy import Engine, Table, select, update
+from sqlalchemy import Engine, select, update
 
 from coordinator.lifecycle import JobStatus
 from coordinator.store import leases
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 
-_jobs = cast(Table, CompressionJob.__table__)
 LEASE = timedelta(seconds=30)
 
 

@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -47,7 +47,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from sqlalchemy import Engine, Table, event, func, inspect, select
+from sqlalchemy import Engine, event, func, inspect, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.config.loader import CoordinatorConfig, load_config
@@ -70,7 +70,9 @@ from coordinator.store.archives import CommitRefused, publish_archives, publishe
 from coordinator.store.database import create_database_engine, is_transient
 from coordinator.store.datasets import archives_table
 from coordinator.store.jobs import JobStore, SpiderJobUnmatched, in_flight_job_of
-from coordinator.store.schema import CompressionJob, JobTransition, StoredArchive
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import job_transitions as _history
+from coordinator.store.schema import stored_archives as _stored
 from coordinator.store.stored_archives import StoredArchiveRecord, record_stored_archive
 from coordinator.task_io import ArchiveMetadata
 
@@ -93,9 +95,6 @@ def model_settings(*, ci_examples: int, ci_steps: int, long_steps: int) -> setti
     )
 
 
-_jobs = cast(Table, CompressionJob.__table__)
-_history = cast(Table, JobTransition.__table__)
-_stored = cast(Table, StoredArchive.__table__)
 _template: dict[str, Path] = {}
 
 

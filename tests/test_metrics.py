@@ -16,11 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import cast
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Table, select
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from coordinator import metrics
@@ -36,7 +35,7 @@ from coordinator.spider.measured import MeasuredSpider
 from coordinator.spider.port import JobNotFound, Unavailable
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 from tests.service_support import (
     embedded,
     job_row,
@@ -253,9 +252,6 @@ def test_a_failed_task_is_counted_by_outcome(two_objects: CoordinatorConfig) -> 
     assert counts.delta("clp_coordinator_rollbacks_total", status="failed") == 0
     # Task 0's archive, stored before task 1 failed, removed by the clean-up.
     assert counts.delta("clp_coordinator_stored_archives_removed_total", cause="ended_job") == 1
-
-
-_jobs = cast(Table, CompressionJob.__table__)
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Migrations: a fresh schema equal to the models, adoption of a legacy CLP database, downgrade."""
+"""Migrations: a fresh schema equal to ``coordinator.store.schema``, adoption of a legacy CLP
+database, downgrade."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from coordinator.store import migrate, names
 from coordinator.store.database import create_database_engine
 from coordinator.store.datasets import ensure_dataset_tables
 from coordinator.store.downgrade import DowngradeRefused
-from coordinator.store.schema import Base
+from coordinator.store.schema import metadata
 
 CLP_TABLES = {
     names.COMPRESSION_JOBS,
@@ -196,7 +197,7 @@ def _legacy_rows(engine: Engine) -> list[tuple[object, ...]]:
 
 def _schema_differences(engine: Engine) -> list[object]:
     with engine.connect() as connection:
-        return list(compare_metadata(MigrationContext.configure(connection), Base.metadata))
+        return list(compare_metadata(MigrationContext.configure(connection), metadata))
 
 
 def test_a_fresh_database_gets_exactly_the_modelled_schema(engine: Engine) -> None:

@@ -31,7 +31,7 @@ from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.outage import Outage
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs
 from tests.sample_logs import write_json_logs
 from tests.timing import wait_until
 
@@ -138,8 +138,8 @@ def test_a_clean_up_that_meets_an_outage_fails_the_tick_without_a_traceback(
     job_id = submit_job(config, engine, prefix="p/")
     with engine.begin() as connection:  # ended meanwhile (Spider job 7 failed)
         connection.execute(
-            update(CompressionJob.__table__)
-            .where(CompressionJob.__table__.c.id == job_id)
+            update(compression_jobs)
+            .where(compression_jobs.c.id == job_id)
             .values(status=int(JobStatus.FAILED), spider_id=7, lease_owner="outage", lease_epoch=1)
         )
     coordinator = Coordinator(

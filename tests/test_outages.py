@@ -43,7 +43,9 @@ from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.datasets import archives_table
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CompressionJob, EngineJob, StoredArchive
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import engine_jobs as _engine_jobs
+from coordinator.store.schema import stored_archives as _stored
 from tests.engine_support import graph, journal, running_engine, submit, task
 from tests.processes import is_running
 from tests.sample_logs import write_json_logs
@@ -195,9 +197,6 @@ def test_the_engine_survives_a_database_outage(
 JOBS = 20
 EVENTS_PER_JOB = 5_000
 OUTAGE_SECS = 30.0
-_jobs = CompressionJob.__table__
-_stored = StoredArchive.__table__
-_engine_jobs = EngineJob.__table__
 _TERMINAL = [int(JobStatus.SUCCEEDED), int(JobStatus.FAILED), int(JobStatus.KILLED)]
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest, TransitionResult
 from coordinator.store.jobs import JobStore, job_state
-from coordinator.store.schema import JobTransition
+from coordinator.store.schema import job_transitions
 from tests.paths import new_job_in
 
 pytestmark = pytest.mark.slow  # real engines racing
@@ -84,7 +84,7 @@ def test_two_coordinators_racing_to_submit_one_wins_each_time(store: JobStore) -
         winners[history[0].actor_id] += 1
     assert sum(winners.values()) == RACES
     with store.engine.connect() as connection:
-        total = connection.execute(select(func.count()).select_from(JobTransition)).scalar_one()
+        total = connection.execute(select(func.count()).select_from(job_transitions)).scalar_one()
     assert total == RACES
 
 

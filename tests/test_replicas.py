@@ -30,7 +30,7 @@ from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.database import create_database_engine
 from coordinator.store.instances import COORDINATOR, Presence
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CoordinatorInstance, EngineJob
+from coordinator.store.schema import coordinator_instances, engine_jobs
 from tests.sample_logs import write_json_logs
 from tests.service_support import tick_until
 from tests.timing import MovableClock, wait_until
@@ -155,7 +155,7 @@ def test_foreign_jobs_are_forgotten_once_they_leave_pending(
     """The claim query excludes known foreign jobs; that list must not grow without bound."""
     from sqlalchemy import insert, update
 
-    from coordinator.store.schema import CompressionJob
+    from coordinator.store.schema import compression_jobs
 
     if not database_url.startswith("sqlite"):
         monkeypatch.setenv("COORDINATOR_DATABASE_URL", database_url)
@@ -164,7 +164,7 @@ def test_foreign_jobs_are_forgotten_once_they_leave_pending(
     fs_job = b"(\xb5/\xfd"  # not ours either way: the coordinator must leave it alone
     with engine.begin() as connection:
         key = connection.execute(
-            insert(CompressionJob).values(clp_config=fs_job)
+            insert(compression_jobs).values(clp_config=fs_job)
         ).inserted_primary_key
     assert key is not None
     coordinator = Coordinator(
@@ -177,7 +177,7 @@ def test_foreign_jobs_are_forgotten_once_they_leave_pending(
     coordinator.tick()
     assert coordinator.leases._foreign == {key[0]}
     with engine.begin() as connection:  # the legacy scheduler takes it
-        connection.execute(update(CompressionJob).values(status=1))
+        connection.execute(update(compression_jobs).values(status=1))
     coordinator.outcomes._next_sweep = 0.0
     coordinator.tick()
     assert coordinator.leases._foreign == set()
@@ -261,8 +261,8 @@ def test_a_restart_after_a_crash_takes_the_instance_id_over_at_once(
         )
         with engine.begin() as connection:
             connection.execute(
-                update(CoordinatorInstance)
-                .where(CoordinatorInstance.name == "embedded")
+                update(coordinator_instances)
+                .where(coordinator_instances.c.name == "embedded")
                 .values(pid=int(gone.stdout), token="left-by-the-crashed-process")
             )
         assert crashed.presence is not None
@@ -305,7 +305,7 @@ def test_the_survivor_takes_the_spider_job_over_with_the_lease(
     def owner_of(spider_id: int) -> str | None:
         with engine.connect() as connection:
             return connection.execute(
-                select(EngineJob.owner).where(EngineJob.id == spider_id)
+                select(engine_jobs.c.owner).where(engine_jobs.c.id == spider_id)
             ).scalar_one()
 
     def succeeded() -> bool:

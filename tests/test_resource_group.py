@@ -23,7 +23,7 @@ from coordinator.runtime import open_runtime
 from coordinator.service.ingest import submit_job
 from coordinator.service.resource_group import ResourceGroup, ResourceGroupUnavailable
 from coordinator.spider.grpc.client import GrpcSpider
-from coordinator.store.schema import EngineResourceGroup, SpiderResourceGroup
+from coordinator.store.schema import engine_resource_groups, spider_resource_groups
 from tests.engine_support import running_engine
 from tests.service_support import SpiderProxy, job_row, put_logs, run_until_idle
 
@@ -34,7 +34,9 @@ CLP_ROW_ID = 987_654_321
 
 def _rows(engine: Engine) -> list[tuple[str, int]]:
     with engine.connect() as connection:
-        rows = connection.execute(select(SpiderResourceGroup.rg_name, SpiderResourceGroup.rg_id))
+        rows = connection.execute(
+            select(spider_resource_groups.c.rg_name, spider_resource_groups.c.rg_id)
+        )
         return [(str(name), int(rg_id)) for name, rg_id in rows]
 
 
@@ -52,8 +54,8 @@ def _clp_table_bytes(engine: Engine) -> list[tuple[object, ...]]:
 def _engine_groups(engine: Engine) -> list[tuple[int, str]]:
     with engine.connect() as connection:
         rows = connection.execute(
-            select(EngineResourceGroup.id, EngineResourceGroup.external_id).order_by(
-                EngineResourceGroup.id
+            select(engine_resource_groups.c.id, engine_resource_groups.c.external_id).order_by(
+                engine_resource_groups.c.id
             )
         ).all()
     return [(int(r[0]), str(r[1])) for r in rows]
@@ -119,7 +121,7 @@ def test_the_engine_losing_its_groups_registers_the_group_anew(
         group = ResourceGroup(migrated_engine, spider, NAME)
         group.id()
         with migrated_engine.begin() as connection:  # the engine's storage is reset (H11)
-            connection.execute(delete(EngineResourceGroup))
+            connection.execute(delete(engine_resource_groups))
         group.invalidate()
         new = group.id()
         spider.verify_resource_group(new, NAME.encode())
@@ -236,11 +238,11 @@ def test_over_grpc_a_stale_id_after_a_spider_reset_is_replaced(
         group = ResourceGroup(migrated_engine, spider, NAME)
         old = group.id()
         with migrated_engine.begin() as connection:  # Spider's storage loses the group (H11)
-            connection.execute(delete(EngineResourceGroup))
+            connection.execute(delete(engine_resource_groups))
         group.invalidate()  # as after RegisterJob answered UNAUTHENTICATED
         new = group.id()  # a reset store may hand out the same number again
         with migrated_engine.connect() as connection:
-            in_spider = connection.execute(select(EngineResourceGroup.id)).scalars().all()
+            in_spider = connection.execute(select(engine_resource_groups.c.id)).scalars().all()
         assert in_spider == [new]  # registered anew
         assert _rows(migrated_engine) == [(NAME, new)]
         spider.verify_resource_group(new, NAME.encode())
@@ -255,7 +257,7 @@ def test_over_grpc_coordinators_registering_at_once_agree(
     assert len(set(ids)) == 1
     with migrated_engine.connect() as connection:
         in_spider = connection.execute(
-            select(func.count()).select_from(EngineResourceGroup)
+            select(func.count()).select_from(engine_resource_groups)
         ).scalar_one()
     assert in_spider == 1
     assert _rows(migrated_engine) == [(NAME, ids[0])]

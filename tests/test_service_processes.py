@@ -27,7 +27,7 @@ from coordinator.service.crashpoints import CRASH_ENV, CRASH_EXIT_STATUS, POINTS
 from coordinator.service.ingest import put_files, submit_job
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import EngineJob, JobTransition
+from coordinator.store.schema import engine_jobs, job_transitions
 from tests.sample_logs import write_json_logs
 
 pytestmark = pytest.mark.slow  # real coordinator processes, killed and restarted
@@ -268,16 +268,16 @@ def test_two_coordinators_on_mariadb_never_double_submit(
             connection.execute(text("SELECT status FROM compression_jobs")).scalars()
         )
         submitted = connection.execute(
-            select(JobTransition.job_id, func.count())
-            .where(JobTransition.trigger == "submitted")
-            .group_by(JobTransition.job_id)
+            select(job_transitions.c.job_id, func.count())
+            .where(job_transitions.c.trigger == "submitted")
+            .group_by(job_transitions.c.job_id)
         ).all()
         submitters = Counter(
             connection.execute(
-                select(JobTransition.actor_id).where(JobTransition.trigger == "submitted")
+                select(job_transitions.c.actor_id).where(job_transitions.c.trigger == "submitted")
             ).scalars()
         )
-        registered = connection.execute(select(func.count()).select_from(EngineJob)).scalar_one()
+        registered = connection.execute(select(func.count()).select_from(engine_jobs)).scalar_one()
     assert statuses == {int(JobStatus.SUCCEEDED): 200}
     assert len(submitted) == 200 and all(count == 1 for _, count in submitted)
     assert registered == 200  # no job was registered with Spider twice

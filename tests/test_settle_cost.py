@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, event, update
 from sqlalchemy.sql import Executable
 
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs
 from coordinator.store.stored_archives import (
     PUBLISHED,
     REMOVING,
@@ -93,7 +93,7 @@ def test_an_ambiguous_spider_id_stays_unattributed(
     twin = store.create_job(b"x")
     with migrated_engine.begin() as connection:
         connection.execute(
-            update(CompressionJob).where(CompressionJob.id == twin).values(spider_id=73)
+            update(compression_jobs).where(compression_jobs.c.id == twin).values(spider_id=73)
         )
         assert attribute_unambiguous_records(connection, 73) == 0
         assert stored_archives_of_job(connection, jobs[73]) == []
@@ -108,8 +108,8 @@ def _jobs_with_records(
     with engine.begin() as connection:
         for spider_id, archive_ids in archives.items():
             connection.execute(
-                update(CompressionJob)
-                .where(CompressionJob.id == jobs[spider_id])
+                update(compression_jobs)
+                .where(compression_jobs.c.id == jobs[spider_id])
                 .values(spider_id=spider_id)
             )
             for archive_id in archive_ids:

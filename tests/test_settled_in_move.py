@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import Engine, Table, event, select, update
+from sqlalchemy import Engine, event, select, update
 from sqlalchemy.exc import OperationalError
 
 from coordinator.archive_storage import FsArchiveOutput
@@ -29,7 +29,8 @@ from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.archives import publish_archives
 from coordinator.store.datasets import archives_table
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CompressionJob, JobTransition
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import job_transitions as _history
 from coordinator.store.stored_archives import record_stored_archive, stored_archives_of_job
 from coordinator.task_io import ArchiveMetadata
 from tests.paths import SPIDER_ID, new_job_in, stored_record
@@ -37,8 +38,6 @@ from tests.paths import SPIDER_ID, new_job_in, stored_record
 DATASET = "web"
 OWNER = "settling-test"
 EPOCH = 3
-_jobs = cast(Table, CompressionJob.__table__)
-_history = cast(Table, JobTransition.__table__)
 
 
 class _NoSpider:

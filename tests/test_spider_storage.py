@@ -79,7 +79,7 @@ from coordinator.spider.task_graph import (
 from coordinator.spider.wire import compress, decode_frame, decode_job_outputs, encode_job_inputs
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
-from coordinator.store.schema import CompressionJob, SpiderResourceGroup
+from coordinator.store.schema import compression_jobs, spider_resource_groups
 from coordinator.task_io import (
     ArchiveMetadata,
     AwsAuthentication,
@@ -216,7 +216,7 @@ def clp_submission(engine: Engine, case: ClpCase, *, cleanup_task: bool) -> JobS
     )
     with engine.connect() as connection:
         blob = connection.execute(
-            select(CompressionJob.clp_config).where(CompressionJob.id == job_id)
+            select(compression_jobs.c.clp_config).where(compression_jobs.c.id == job_id)
         ).scalar_one()
     prepared = prepare(engine, bytes(blob), DEFAULTS, cleanup_task=cleanup_task)
     assert prepared.num_tasks == case.partitions
@@ -309,8 +309,8 @@ def test_the_coordinators_resource_group_is_registered_recorded_and_found_again(
     def recorded() -> list[tuple[str, int]]:
         with clp_database.connect() as connection:
             rows = connection.execute(
-                select(SpiderResourceGroup.rg_name, SpiderResourceGroup.rg_id).where(
-                    SpiderResourceGroup.rg_name == name
+                select(spider_resource_groups.c.rg_name, spider_resource_groups.c.rg_id).where(
+                    spider_resource_groups.c.rg_name == name
                 )
             )
             return [(row.rg_name, int(row.rg_id)) for row in rows]
@@ -897,7 +897,7 @@ def test_a_coordinator_configured_for_spider_registers_starts_polls_and_cancels_
         # The resource group is CLP's row, verified by Spider with CLP's password.
         with runtime.engine.connect() as connection:
             groups = connection.execute(
-                select(SpiderResourceGroup.rg_name, SpiderResourceGroup.rg_id)
+                select(spider_resource_groups.c.rg_name, spider_resource_groups.c.rg_id)
             ).all()
         assert [(name, int(rg)) for name, rg in groups] == [("clp-compression", group_id)]
         spider.verify_resource_group(group_id, b"clp-compression")

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import Engine, Table, event, select, update
+from sqlalchemy import Engine, event, select, update
 
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import JobStatus
@@ -19,10 +19,9 @@ from coordinator.service.driven import Loop
 from coordinator.service.lease_keeper import LeaseKeeper
 from coordinator.spider.port import SpiderPort
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 from tests.test_submit_cost_reads import _blob
 
-_jobs = cast(Table, CompressionJob.__table__)
 LEASE = timedelta(seconds=30)
 
 

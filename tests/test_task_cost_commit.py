@@ -17,7 +17,7 @@ from coordinator.lifecycle import JobStatus
 from coordinator.store.archives import Publication, publish_archives
 from coordinator.store.datasets import archives_table, dataset_tables
 from coordinator.store.jobs import JobStore, job_state
-from coordinator.store.schema import Dataset
+from coordinator.store.schema import datasets
 from coordinator.task_io import ArchiveMetadata
 from tests.paths import SPIDER_ID, new_job_in
 
@@ -106,7 +106,7 @@ def test_a_dataset_deleted_after_a_publication_is_created_and_registered_again(
     with migrated_engine.begin() as connection:  # as a deletion of the dataset would
         for table in dataset_tables(DATASET, migrated_engine.dialect.name):
             connection.execute(text(f"DROP TABLE {table.name}"))
-        connection.execute(delete(Dataset).where(Dataset.name == DATASET))
+        connection.execute(delete(datasets).where(datasets.c.name == DATASET))
     second = _running_job(store, SPIDER_ID + 1)
 
     assert _publish(store, SPIDER_ID + 1, "b0") is Publication.PUBLISHED
@@ -116,7 +116,7 @@ def test_a_dataset_deleted_after_a_publication_is_created_and_registered_again(
     archives = archives_table(DATASET)
     with migrated_engine.connect() as connection:
         assert connection.execute(select(archives.c.id)).scalars().all() == ["b0"]
-        registered = connection.execute(select(Dataset.name)).scalars().all()
+        registered = connection.execute(select(datasets.c.name)).scalars().all()
     assert registered == [DATASET]
     job = store.get(second)
     assert job is not None and job_state(job) is JobStatus.COMMITTED

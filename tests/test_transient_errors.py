@@ -28,7 +28,7 @@ from coordinator.engine.tasks.database import wait_out_outages
 from coordinator.spider.port import JobState, start_if_ready
 from coordinator.store.database import is_transient
 from coordinator.store.outage import Outage, backoff
-from coordinator.store.schema import EngineJob
+from coordinator.store.schema import engine_jobs
 from tests.engine_support import TEST_PACKAGES, graph, running_engine, settings, submit, task
 
 _UPDATE = "UPDATE spider_engine_jobs SET state=%s"
@@ -98,7 +98,7 @@ def _idle_engine(engine: Engine, directory: Path) -> tuple[EmbeddedSpider, Count
     return spider, pauses
 
 
-_RECORD = update(EngineJob.__table__).values(error_message="recorded")
+_RECORD = update(engine_jobs).values(error_message="recorded")
 
 
 @pytest.mark.parametrize("error", LASTING.values(), ids=LASTING.keys())

@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import Engine, Table, event, update
+from sqlalchemy import Engine, event, update
 
 from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.clp import CompressionCoordinator
@@ -20,10 +20,9 @@ from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 from tests.test_submit_cost_reads import _blob
 
-_jobs = cast(Table, CompressionJob.__table__)
 INTERVAL_MS = 100
 
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Row, Table, and_, or_, select
+from sqlalchemy import ColumnElement, Engine, Row, and_, or_, select
 
 from coordinator.cli.job_filters import (
     DEFAULT_LIMIT,
@@ -48,7 +48,7 @@ from coordinator.store.datasets import archives_table
 from coordinator.store.guarded import in_state
 from coordinator.store.jobs import JobStore, NoSuchJob
 from coordinator.store.names import InvalidDatasetName, validate_dataset_name
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.store.stored_archives import stored_archives_of_job
 
 __all__ = [
@@ -64,7 +64,6 @@ __all__ = [
     "show_job",
 ]
 
-_jobs = cast(Table, CompressionJob.__table__)
 
 _BATCH = 500
 """Rows read at a time while a dataset filter (decoded from each job's config) is applied."""

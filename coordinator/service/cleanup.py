@@ -48,9 +48,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import cast
 
-from sqlalchemy import Connection, Engine, Table, and_, inspect, or_, select
+from sqlalchemy import Connection, Engine, and_, inspect, or_, select
 
 from coordinator import metrics
 from coordinator.archive_storage import ArchiveOutputSettings, FsArchiveOutput
@@ -70,7 +69,8 @@ from coordinator.store.archives import withdraw_archives
 from coordinator.store.datasets import archives_table
 from coordinator.store.evidence import PublicationEvidence, read_publication
 from coordinator.store.names import InvalidDatasetName
-from coordinator.store.schema import CompressionJob, StoredArchive
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import stored_archives as _stored
 from coordinator.store.stored_archives import (
     PUBLISHED,
     STORED,
@@ -85,8 +85,6 @@ from coordinator.store.stored_archives import (
 )
 
 _log = logging.getLogger(__name__)
-_jobs = cast(Table, CompressionJob.__table__)
-_stored = cast(Table, StoredArchive.__table__)
 RECONCILE_INTERVAL_SECS = 3600.0
 """How often the service lists the archive storage for files without a record."""
 REPORTED_LOCATIONS = 5

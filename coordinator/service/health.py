@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, Table, select, text
+from sqlalchemy import Engine, select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.config.clp import Spider
@@ -41,12 +41,11 @@ from coordinator.spider.port import SpiderError, SpiderPort, Unauthenticated, Un
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine, sqlite_file
 from coordinator.store.outage import describe_error
-from coordinator.store.schema import EngineResourceGroup
+from coordinator.store.schema import engine_resource_groups as _engine_groups
 
 if TYPE_CHECKING:
     from coordinator.spider.grpc.client import GrpcSpider
 
-_engine_groups = cast(Table, EngineResourceGroup.__table__)
 
 PROBE_DEADLINE_SECS = 5.0
 """How long the Spider check waits for Spider's answer (one attempt, no retries)."""

@@ -36,16 +36,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import Protocol
 
-from sqlalchemy import Engine, Table, delete, insert, select
+from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from coordinator.errors import CoordinatorError
 from coordinator.spider.port import ResourceGroupExists, SpiderPort, Unauthenticated
-from coordinator.store.schema import SpiderResourceGroup
-
-_groups = cast(Table, SpiderResourceGroup.__table__)
+from coordinator.store.schema import spider_resource_groups as _groups
 
 RESOURCE_GROUP_PROBE_LIMIT = 1024
 """How many ids are tried to find a group Spider has under the name but no row records."""

@@ -25,7 +25,7 @@ Table names are built only from a validated dataset name (``coordinator.store.na
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -54,7 +54,7 @@ from sqlalchemy.sql.compiler import DDLCompiler
 
 from coordinator.errors import CoordinatorError
 from coordinator.store import names
-from coordinator.store.schema import Dataset
+from coordinator.store.schema import datasets as _datasets
 from coordinator.store.sqltypes import UnsignedBigIntKey
 
 MYSQL = "mysql"
@@ -252,7 +252,6 @@ def registered_in_any_case(connection: Connection, name: str) -> list[str]:
     return list(connection.execute(_IN_ANY_CASE, {"lower_name": name.lower()}).scalars())
 
 
-_datasets = cast(Table, Dataset.__table__)
 _IN_ANY_CASE = select(_datasets.c.name).where(
     func.lower(_datasets.c.name) == bindparam("lower_name")
 )
@@ -270,20 +269,19 @@ def register_dataset(connection: Connection, name: str, archive_storage_director
     registered name differs from ``name`` only in letter case (MariaDB's collations compare names
     case-insensitively, while table names are case-sensitive), else the driver's errors.
     """
-    datasets = cast(Table, Dataset.__table__)
-    registered = select(datasets.c.name).where(datasets.c.name == name)
+    registered = select(_datasets.c.name).where(_datasets.c.name == name)
     existing = connection.execute(registered).scalar_one_or_none()
     if existing is None:
         values = {"name": name, "archive_storage_directory": archive_storage_directory}
         if connection.dialect.name in _MYSQL_DIALECTS:
             connection.execute(
-                mysql_insert(datasets)
+                mysql_insert(_datasets)
                 .values(**values)
-                .on_duplicate_key_update(name=datasets.c.name)
+                .on_duplicate_key_update(name=_datasets.c.name)
             )
         else:
             connection.execute(
-                sqlite_insert(datasets)
+                sqlite_insert(_datasets)
                 .values(**values)
                 .on_conflict_do_nothing(index_elements=["name"])
             )

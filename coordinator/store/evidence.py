@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import cast
 
 from sqlalchemy import Connection, Select, Table, bindparam, inspect, select
 from sqlalchemy.exc import DBAPIError
@@ -24,10 +23,9 @@ from sqlalchemy.exc import DBAPIError
 from coordinator.store.archives import INSERT_BATCH_SIZE
 from coordinator.store.database import is_transient
 from coordinator.store.datasets import archives_table
-from coordinator.store.schema import CompressionJob
+from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives_of_job
 
-_jobs = cast(Table, CompressionJob.__table__)
 _COMPRESSED_SIZE = select(_jobs.c.compressed_size).where(_jobs.c.id == bindparam("job_id"))
 
 

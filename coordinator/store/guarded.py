@@ -24,13 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import cast
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Insert,
-    Table,
     Update,
     and_,
     bindparam,
@@ -58,13 +56,11 @@ from coordinator.lifecycle import (
     stored_status,
 )
 from coordinator.store.messages import fit_status_msg
-from coordinator.store.schema import CompressionJob, JobTransition
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import job_transitions as _history
 
 INT32_MAX = 2**31 - 1
 """``num_tasks`` is CLP's ``INT`` column."""
-
-_jobs = cast(Table, CompressionJob.__table__)
-_history = cast(Table, JobTransition.__table__)
 
 
 class InvalidTransitionRequest(CoordinatorError, ValueError):

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from sqlalchemy import (
     Column,
@@ -49,17 +48,11 @@ from sqlalchemy import (
 )
 
 from coordinator.partition import FETCH_BATCH_SIZE, S3ObjectRow
-from coordinator.store.schema import (
-    MYSQL_TABLE_OPTIONS,
-    CompressionJob,
-    IngestedS3ObjectMetadata,
-    IngestionJob,
-)
+from coordinator.store.schema import MYSQL_TABLE_OPTIONS
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import ingested_s3_object_metadata as _objects
+from coordinator.store.schema import ingestion_jobs as _ingestion_jobs
 from coordinator.store.sqltypes import UnsignedBigInt
-
-_objects = cast(Table, IngestedS3ObjectMetadata.__table__)
-_ingestion_jobs = cast(Table, IngestionJob.__table__)
-_jobs = cast(Table, CompressionJob.__table__)
 
 INGESTION_JOB_S3_SCANNER_STATE = "ingestion_job_s3_scanner_state"
 """log-ingestor's per-S3-scanner progress table (``clp_ingestion.rs``)."""
@@ -77,7 +70,7 @@ SCANNING_INTERVAL_SEC = 30
 
 _state_metadata = MetaData()
 # Only for the foreign key's target; never created from here.
-Table(IngestionJob.__tablename__, _state_metadata, Column("id", UnsignedBigInt, primary_key=True))
+Table(_ingestion_jobs.name, _state_metadata, Column("id", UnsignedBigInt, primary_key=True))
 _scanner_state = Table(
     INGESTION_JOB_S3_SCANNER_STATE,
     _state_metadata,
@@ -85,7 +78,7 @@ _scanner_state = Table(
         "id",
         UnsignedBigInt,
         ForeignKey(
-            f"{IngestionJob.__tablename__}.id",
+            f"{_ingestion_jobs.name}.id",
             name=f"{INGESTION_JOB_S3_SCANNER_STATE}_ingestion_job_id_ref",
             ondelete="RESTRICT",
             onupdate="RESTRICT",

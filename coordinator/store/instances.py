@@ -27,15 +27,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
 
-from sqlalchemy import Engine, Select, Table, delete, insert, select, update
+from sqlalchemy import Engine, Select, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from coordinator.errors import CoordinatorError
 from coordinator.store.clock import Clock, utc_now
 from coordinator.store.outage import Outage, OutageLines
-from coordinator.store.schema import CoordinatorInstance
+from coordinator.store.schema import coordinator_instances as _instances
 
 _log = logging.getLogger(__name__)
 _HEARTBEAT_LINES = OutageLines(
@@ -44,7 +43,6 @@ _HEARTBEAT_LINES = OutageLines(
     ended="heartbeat of %(what)s resumed after %(seconds).1f s (%(failures)d failed attempts)",
 )
 """A failing heartbeat: one line when it starts failing, one when it beats again."""
-_instances = cast(Table, CoordinatorInstance.__table__)
 
 COORDINATOR = "coordinator"
 ENGINE = "engine"

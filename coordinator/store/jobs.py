@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import cast
 
-from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Engine, bindparam, func, insert, select, text
 
 from coordinator import metrics
 from coordinator.errors import CoordinatorError
@@ -32,12 +31,17 @@ from coordinator.store.guarded import (
     validate_request,
 )
 from coordinator.store.messages import fit_status_msg
-from coordinator.store.schema import CompressionJob, JobTransition
-
-_jobs = cast(Table, CompressionJob.__table__)
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import job_transitions as _history
 
 _STATE = select(_jobs.c.status, _jobs.c.committed_at).where(_jobs.c.id == bindparam("job_id"))
 """Built once: SQLAlchemy reuses its cache key and compiled form (``JobStore.state``)."""
+
+_ROW = select(_jobs).where(_jobs.c.id == bindparam("job_id"))
+"""Every column of one job (``JobStore.get``)."""
+
+_HISTORY = select(_history).where(_history.c.job_id == bindparam("job_id")).order_by(_history.c.id)
+"""The job's history rows, oldest first (``JobStore.history``)."""
 
 _STATES = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
     _jobs.c.id.in_(bindparam("job_ids", expanding=True))
@@ -45,6 +49,51 @@ _STATES = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
 
 Effects = Callable[[Connection, Applied], None]
 """Statements that must commit with a move, or not at all (publish or withdraw archives...)."""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A snapshot of one ``compression_jobs`` row, every column (``JobStore.get``)."""
+
+    id: int
+    status: int
+    status_msg: str
+    creation_time: datetime
+    start_time: datetime | None
+    update_time: datetime
+    duration: float | None
+    original_size: int
+    uncompressed_size: int
+    compressed_size: int
+    num_tasks: int
+    num_tasks_completed: int
+    clp_binary_version: int | None
+    spider_id: int | None
+    dispatch_time: datetime | None
+    clp_config: bytes
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    lease_epoch: int
+    cancel_requested_at: datetime | None
+    committed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TransitionRow:
+    """One row of ``compression_job_transitions``, every column (``JobStore.history``)."""
+
+    id: int
+    job_id: int
+    from_status: int
+    to_status: int
+    trigger: str
+    actor: str
+    actor_id: str
+    reason: str
+    spider_id: int | None
+    lease_epoch: int
+    at: datetime
+
 
 for _edge in EDGES:  # the loop's moves are exported from the start, at zero
     if Actor.COORDINATOR in _edge.actors:
@@ -145,18 +194,16 @@ class JobStore:
         """Insert a PENDING job the way CLP's log-ingestor does (only ``clp_config``); its id."""
         with self.engine.begin() as connection:
             key = connection.execute(
-                insert(CompressionJob).values(clp_config=clp_config)
+                insert(_jobs).values(clp_config=clp_config)
             ).inserted_primary_key
         assert key is not None
         return int(key[0])
 
-    def get(self, job_id: int) -> CompressionJob | None:
-        """A detached snapshot of the job's row, or ``None``."""
-        with Session(self.engine, expire_on_commit=False) as session:
-            job = session.get(CompressionJob, job_id)
-            if job is not None:
-                session.expunge(job)
-            return job
+    def get(self, job_id: int) -> JobRow | None:
+        """A snapshot of the job's row, or ``None``."""
+        with self.engine.connect() as connection:
+            row = connection.execute(_ROW, {"job_id": job_id}).mappings().one_or_none()
+        return None if row is None else JobRow(**row)
 
     def state(self, job_id: int) -> JobStatus | None:
         """The lifecycle state of the job, ``None`` when there is no such job.
@@ -184,13 +231,11 @@ class JobStore:
                 states[int(row.id)] = None
         return states
 
-    def history(self, job_id: int) -> Sequence[JobTransition]:
+    def history(self, job_id: int) -> list[TransitionRow]:
         """The job's applied moves, oldest first."""
-        with Session(self.engine, expire_on_commit=False) as session:
-            query = select(JobTransition).where(JobTransition.job_id == job_id)
-            rows = session.scalars(query.order_by(JobTransition.id)).all()
-            session.expunge_all()
-            return rows
+        with self.engine.connect() as connection:
+            rows = connection.execute(_HISTORY, {"job_id": job_id}).mappings().all()
+        return [TransitionRow(**row) for row in rows]
 
 
 UNKNOWN_STATUS = "unknown"
@@ -214,7 +259,7 @@ def jobs_by_status(engine: Engine) -> dict[str, int]:
     return counts
 
 
-def job_state(job: CompressionJob) -> JobStatus:
+def job_state(job: JobRow) -> JobStatus:
     """The lifecycle state of a row; raises ``ValueError`` for a status no one defines."""
     return state_of(job.status, job.committed_at)
 

@@ -31,14 +31,13 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
     Select,
-    Table,
     Update,
     and_,
     bindparam,
@@ -49,9 +48,7 @@ from sqlalchemy import (
 )
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus, state_of
-from coordinator.store.schema import CompressionJob
-
-_jobs = cast(Table, CompressionJob.__table__)
+from coordinator.store.schema import compression_jobs as _jobs
 
 BATCH = 500
 """Ids per batched statement (an ``IN`` list well within every backend's limits)."""

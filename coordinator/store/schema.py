@@ -1,18 +1,23 @@
-"""The database schema as typed SQLAlchemy 2 models.
+"""The database schema as SQLAlchemy Core tables on one ``MetaData``.
 
 CLP's tables keep CLP's DDL column for column (``docs/clp.md``, Tables); the coordinator adds the
 lease and cancel-request columns to ``compression_jobs`` and a transition history table of its own.
 The migrations in ``migrations/`` create exactly this schema (a test compares them); the per-dataset
 archive tables are created on demand by ``coordinator.store.datasets``.
+
+Plain Core, not ORM models: every user builds Core statements over these tables (``table.c.col``),
+and not importing ``sqlalchemy.orm`` keeps every process's start-up shorter (issue 14). A column
+is ``nullable=False`` unless it may hold ``NULL``; a primary key is never ``NULL``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Column,
+    DateTime,
     Enum,
     Float,
     ForeignKey,
@@ -21,9 +26,9 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from coordinator.store import names
 from coordinator.store.sqltypes import (
@@ -42,98 +47,92 @@ STATUS_MSG_MAX_CHARS = 512
 MYSQL_TABLE_OPTIONS: dict[str, Any] = {"mysql_row_format": "DYNAMIC", "mysql_charset": "utf8mb4"}
 """Tables the coordinator creates hold UTF-8 keys and messages, whatever the server's default."""
 
-
-class Base(DeclarativeBase):
-    """Declarative base of the coordinator's schema."""
-
-    metadata = MetaData()
+metadata = MetaData()
+"""The coordinator's schema: every table below."""
 
 
-class CompressionJob(Base):
-    """A row of CLP's ``compression_jobs`` plus the coordinator's lease and cancel columns."""
-
-    __tablename__ = names.COMPRESSION_JOBS
-    __table_args__ = (
-        Index("JOB_STATUS", "status"),
-        Index("JOB_UPDATE_TIME", "update_time"),
-        Index("JOB_START_TIME_STATUS", "start_time", "status"),
-        Index("JOB_SPIDER_ID", "spider_id"),
-        Index("JOB_LEASE", "status", "lease_expires_at"),
-        MYSQL_TABLE_OPTIONS,
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    status: Mapped[int] = mapped_column(Integer, server_default="0")
-    status_msg: Mapped[str] = mapped_column(String(STATUS_MSG_MAX_CHARS), server_default="")
-    creation_time: Mapped[datetime] = mapped_column(Millis, server_default=CurrentTimestamp(3))
-    start_time: Mapped[datetime | None] = mapped_column(Millis)
-    update_time: Mapped[datetime] = mapped_column(server_default=CurrentTimestamp(on_update=True))
-    duration: Mapped[float | None] = mapped_column(Float)
-    original_size: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    uncompressed_size: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    compressed_size: Mapped[int] = mapped_column(BigInteger, server_default="0")
-    num_tasks: Mapped[int] = mapped_column(Integer, server_default="0")
-    num_tasks_completed: Mapped[int] = mapped_column(Integer, server_default="0")
-    clp_binary_version: Mapped[int | None] = mapped_column(Integer)
-    spider_id: Mapped[int | None] = mapped_column(UnsignedBigInt)
-    dispatch_time: Mapped[datetime | None] = mapped_column()
-    clp_config: Mapped[bytes] = mapped_column(MediumBlob)
-
+compression_jobs = Table(
+    names.COMPRESSION_JOBS,
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("status", Integer, nullable=False, server_default="0"),
+    Column("status_msg", String(STATUS_MSG_MAX_CHARS), nullable=False, server_default=""),
+    Column("creation_time", Millis, nullable=False, server_default=CurrentTimestamp(3)),
+    Column("start_time", Millis),
+    Column(
+        "update_time", DateTime(), nullable=False, server_default=CurrentTimestamp(on_update=True)
+    ),
+    Column("duration", Float),
+    Column("original_size", BigInteger, nullable=False, server_default="0"),
+    Column("uncompressed_size", BigInteger, nullable=False, server_default="0"),
+    Column("compressed_size", BigInteger, nullable=False, server_default="0"),
+    Column("num_tasks", Integer, nullable=False, server_default="0"),
+    Column("num_tasks_completed", Integer, nullable=False, server_default="0"),
+    Column("clp_binary_version", Integer),
+    Column("spider_id", UnsignedBigInt),
+    Column("dispatch_time", DateTime()),
+    Column("clp_config", MediumBlob, nullable=False),
     # The coordinator's additions (migration 0002).
-    lease_owner: Mapped[str | None] = mapped_column(String(255))
-    """The coordinator instance driving the job, when one is."""
-    lease_expires_at: Mapped[datetime | None] = mapped_column(Millis)
-    """After this instant another coordinator may take the job over."""
-    lease_epoch: Mapped[int] = mapped_column(Integer, server_default="0")
-    """Fencing token: bumped whenever ownership changes; a fenced write checks it."""
-    cancel_requested_at: Mapped[datetime | None] = mapped_column(Millis)
-    """When an operator asked for the job to be cancelled."""
-    committed_at: Mapped[datetime | None] = mapped_column(Millis)
-    """When the commit task published the archives (migration 0004): the Committed marker."""
+    # lease_owner: the coordinator instance driving the job, when one is.
+    Column("lease_owner", String(255)),
+    # lease_expires_at: after this instant another coordinator may take the job over.
+    Column("lease_expires_at", Millis),
+    # lease_epoch: fencing token, bumped whenever ownership changes; a fenced write checks it.
+    Column("lease_epoch", Integer, nullable=False, server_default="0"),
+    # cancel_requested_at: when an operator asked for the job to be cancelled.
+    Column("cancel_requested_at", Millis),
+    # committed_at: when the commit task published the archives (migration 0004): the Committed
+    # marker.
+    Column("committed_at", Millis),
+    Index("JOB_STATUS", "status"),
+    Index("JOB_UPDATE_TIME", "update_time"),
+    Index("JOB_START_TIME_STATUS", "start_time", "status"),
+    Index("JOB_SPIDER_ID", "spider_id"),
+    Index("JOB_LEASE", "status", "lease_expires_at"),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""A row of CLP's ``compression_jobs`` plus the coordinator's lease and cancel columns."""
 
 
-class JobTransition(Base):
-    """One applied move of one job: the audit trail, written in the move's own transaction."""
-
-    __tablename__ = names.COMPRESSION_JOB_TRANSITIONS
-    __table_args__ = (
-        Index("TRANSITION_JOB_ID", "job_id", "id"),
-        MYSQL_TABLE_OPTIONS,
-    )
-
-    id: Mapped[int] = mapped_column(BigIntKey, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(Integer)
-    from_status: Mapped[int] = mapped_column(Integer)
-    to_status: Mapped[int] = mapped_column(Integer)
-    trigger: Mapped[str] = mapped_column(String(32))
-    actor: Mapped[str] = mapped_column(String(32))
-    actor_id: Mapped[str] = mapped_column(String(255), server_default="")
-    """Which instance of the actor (a coordinator's id, a Spider task instance, a user name)."""
-    reason: Mapped[str] = mapped_column(Text)
-    spider_id: Mapped[int | None] = mapped_column(UnsignedBigInt)
-    lease_epoch: Mapped[int] = mapped_column(Integer)
-    at: Mapped[datetime] = mapped_column(Millis)
-
-
-class Dataset(Base):
-    """CLP's ``clp_datasets`` (clp-s storage engine)."""
-
-    __tablename__ = names.DATASETS
-    __table_args__ = (MYSQL_TABLE_OPTIONS,)
-
-    name: Mapped[str] = mapped_column(String(255), primary_key=True)
-    archive_storage_directory: Mapped[str] = mapped_column(String(4096))
+job_transitions = Table(
+    names.COMPRESSION_JOB_TRANSITIONS,
+    metadata,
+    Column("id", BigIntKey, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, nullable=False),
+    Column("from_status", Integer, nullable=False),
+    Column("to_status", Integer, nullable=False),
+    Column("trigger", String(32), nullable=False),
+    Column("actor", String(32), nullable=False),
+    # actor_id: which instance of the actor (a coordinator's id, a Spider task instance, a user
+    # name).
+    Column("actor_id", String(255), nullable=False, server_default=""),
+    Column("reason", Text, nullable=False),
+    Column("spider_id", UnsignedBigInt),
+    Column("lease_epoch", Integer, nullable=False),
+    Column("at", Millis, nullable=False),
+    Index("TRANSITION_JOB_ID", "job_id", "id"),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""One applied move of one job: the audit trail, written in the move's own transaction."""
 
 
-class IngestionJob(Base):
-    """log-ingestor's ``ingestion_job``."""
+datasets = Table(
+    names.DATASETS,
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("archive_storage_directory", String(4096), nullable=False),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""CLP's ``clp_datasets`` (clp-s storage engine)."""
 
-    __tablename__ = names.INGESTION_JOBS
-    __table_args__ = (MYSQL_TABLE_OPTIONS,)
 
-    id: Mapped[int] = mapped_column(UnsignedBigIntKey, primary_key=True, autoincrement=True)
-    config: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(
+ingestion_jobs = Table(
+    names.INGESTION_JOBS,
+    metadata,
+    Column("id", UnsignedBigIntKey, primary_key=True, autoincrement=True),
+    Column("config", Text, nullable=False),
+    Column(
+        "status",
         Enum(
             "requested",
             "running",
@@ -143,31 +142,32 @@ class IngestionJob(Base):
             name="ingestion_job_status",
             create_constraint=True,
         ),
+        nullable=False,
         server_default="requested",
-    )
-    status_msg: Mapped[str | None] = mapped_column(Text)
-    num_files_compressed: Mapped[int] = mapped_column(UnsignedBigInt, server_default="0")
-    creation_ts: Mapped[datetime] = mapped_column(Millis, server_default=CurrentTimestamp(3))
-    last_update_ts: Mapped[datetime] = mapped_column(
-        Millis, server_default=CurrentTimestamp(3, on_update=True)
-    )
+    ),
+    Column("status_msg", Text),
+    Column("num_files_compressed", UnsignedBigInt, nullable=False, server_default="0"),
+    Column("creation_ts", Millis, nullable=False, server_default=CurrentTimestamp(3)),
+    Column(
+        "last_update_ts",
+        Millis,
+        nullable=False,
+        server_default=CurrentTimestamp(3, on_update=True),
+    ),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""log-ingestor's ``ingestion_job``."""
 
 
-class IngestedS3ObjectMetadata(Base):
-    """log-ingestor's ``ingested_s3_object_metadata``: the S3 objects a job compresses."""
-
-    __tablename__ = names.INGESTED_S3_OBJECT_METADATA
-    __table_args__ = (
-        Index("index_ingestion_job_id", "ingestion_job_id"),
-        Index("index_compression_job_id", "compression_job_id"),
-        MYSQL_TABLE_OPTIONS,
-    )
-
-    id: Mapped[int] = mapped_column(UnsignedBigIntKey, primary_key=True, autoincrement=True)
-    bucket: Mapped[str] = mapped_column(String(1024))
-    key: Mapped[str] = mapped_column(String(1024))
-    size: Mapped[int] = mapped_column(UnsignedBigInt)
-    status: Mapped[str] = mapped_column(
+ingested_s3_object_metadata = Table(
+    names.INGESTED_S3_OBJECT_METADATA,
+    metadata,
+    Column("id", UnsignedBigIntKey, primary_key=True, autoincrement=True),
+    Column("bucket", String(1024), nullable=False),
+    Column("key", String(1024), nullable=False),
+    Column("size", UnsignedBigInt, nullable=False),
+    Column(
+        "status",
         Enum(
             "buffered",
             "submitted",
@@ -176,128 +176,138 @@ class IngestedS3ObjectMetadata(Base):
             name="ingested_s3_object_status",
             create_constraint=True,
         ),
+        nullable=False,
         server_default="buffered",
-    )
-    ingestion_job_id: Mapped[int] = mapped_column(
-        UnsignedBigInt, ForeignKey(f"{names.INGESTION_JOBS}.id", ondelete="RESTRICT")
-    )
-    compression_job_id: Mapped[int | None] = mapped_column(
-        Integer, ForeignKey(f"{names.COMPRESSION_JOBS}.id", ondelete="RESTRICT")
-    )
-    creation_ts: Mapped[datetime] = mapped_column(Millis, server_default=CurrentTimestamp(3))
-    last_update_ts: Mapped[datetime] = mapped_column(
-        Millis, server_default=CurrentTimestamp(3, on_update=True)
-    )
+    ),
+    Column(
+        "ingestion_job_id",
+        UnsignedBigInt,
+        ForeignKey(f"{names.INGESTION_JOBS}.id", ondelete="RESTRICT"),
+        nullable=False,
+    ),
+    Column(
+        "compression_job_id",
+        Integer,
+        ForeignKey(f"{names.COMPRESSION_JOBS}.id", ondelete="RESTRICT"),
+    ),
+    Column("creation_ts", Millis, nullable=False, server_default=CurrentTimestamp(3)),
+    Column(
+        "last_update_ts",
+        Millis,
+        nullable=False,
+        server_default=CurrentTimestamp(3, on_update=True),
+    ),
+    Index("index_ingestion_job_id", "ingestion_job_id"),
+    Index("index_compression_job_id", "compression_job_id"),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""log-ingestor's ``ingested_s3_object_metadata``: the S3 objects a job compresses."""
 
 
-class SpiderResourceGroup(Base):
-    """``spider_resource_groups``: Spider resource group ids (Spider has no lookup by name)."""
-
-    __tablename__ = names.SPIDER_RESOURCE_GROUPS
-    __table_args__ = (MYSQL_TABLE_OPTIONS,)
-
-    rg_name: Mapped[str] = mapped_column(String(255), primary_key=True)
-    rg_id: Mapped[int] = mapped_column(UnsignedBigInt)
-
-
-class StoredArchive(Base):
-    """An archive a compress task instance stores or stored, published or not (an outbox).
-
-    Written by the task **before** it stores the archive (``state`` ``storing``, the location is
-    deterministic) and marked ``stored`` after, so that every archive file of a job that never
-    commits (failed, cancelled, rolled back, a retried, killed or late instance's) can always be
-    found and removed (``coordinator.store.stored_archives``). ``location`` is a file path or
-    ``s3://bucket/key``.
-    """
-
-    __tablename__ = names.STORED_ARCHIVES
-    __table_args__ = (
-        Index("STORED_ARCHIVE_SPIDER_JOB", "spider_job_id"),
-        Index("STORED_ARCHIVE_ID", "archive_id"),
-        Index("STORED_ARCHIVE_JOB", "job_id"),
-        MYSQL_TABLE_OPTIONS,
-    )
-
-    id: Mapped[int] = mapped_column(BigIntKey, primary_key=True, autoincrement=True)
-    spider_job_id: Mapped[int] = mapped_column(UnsignedBigInt)
-    task_id: Mapped[str] = mapped_column(String(16))
-    instance_id: Mapped[int] = mapped_column(BigInteger)
-    dataset: Mapped[str] = mapped_column(String(255))
-    archive_id: Mapped[str] = mapped_column(String(64))
-    location: Mapped[str] = mapped_column(String(2048))
-    size: Mapped[int] = mapped_column(BigInteger)
-    stored_at: Mapped[datetime] = mapped_column(Millis)
-    job_id: Mapped[int | None] = mapped_column(Integer)
-    """The compression job it was stored for (migration 0004; older records may lack it)."""
-    state: Mapped[str] = mapped_column(String(16), server_default="stored")
-    """``storing``, ``stored``, ``published`` or ``removing`` (migration 0007)."""
+spider_resource_groups = Table(
+    names.SPIDER_RESOURCE_GROUPS,
+    metadata,
+    Column("rg_name", String(255), primary_key=True),
+    Column("rg_id", UnsignedBigInt, nullable=False),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""``spider_resource_groups``: Spider resource group ids (Spider has no lookup by name)."""
 
 
-class EngineResourceGroup(Base):
-    """The embedded engine's resource groups (Spider's ``resource_groups``)."""
+stored_archives = Table(
+    names.STORED_ARCHIVES,
+    metadata,
+    Column("id", BigIntKey, primary_key=True, autoincrement=True),
+    Column("spider_job_id", UnsignedBigInt, nullable=False),
+    Column("task_id", String(16), nullable=False),
+    Column("instance_id", BigInteger, nullable=False),
+    Column("dataset", String(255), nullable=False),
+    Column("archive_id", String(64), nullable=False),
+    Column("location", String(2048), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("stored_at", Millis, nullable=False),
+    # job_id: the compression job it was stored for (migration 0004; older records may lack it).
+    Column("job_id", Integer),
+    # state: storing, stored, published or removing (migration 0007).
+    Column("state", String(16), nullable=False, server_default="stored"),
+    Index("STORED_ARCHIVE_SPIDER_JOB", "spider_job_id"),
+    Index("STORED_ARCHIVE_ID", "archive_id"),
+    Index("STORED_ARCHIVE_JOB", "job_id"),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""An archive a compress task instance stores or stored, published or not (an outbox).
 
-    __tablename__ = names.ENGINE_RESOURCE_GROUPS
-    __table_args__ = (MYSQL_TABLE_OPTIONS,)
-
-    id: Mapped[int] = mapped_column(UnsignedBigIntKey, primary_key=True, autoincrement=True)
-    external_id: Mapped[str] = mapped_column(String(255), unique=True)
-    password: Mapped[bytes] = mapped_column(LargeBinary)
-
-
-class EngineJob(Base):
-    """A job of the embedded engine (Spider's ``jobs``): what survives the engine's restart.
-
-    Task states and retry counters live in memory only, as in Spider: a job found ``Running`` after
-    a restart runs again from the start, a ``CommitReady`` one runs its commit again.
-    """
-
-    __tablename__ = names.ENGINE_JOBS
-    __table_args__ = (
-        Index("ENGINE_JOB_STATE", "state"),
-        Index("ENGINE_JOB_OWNER", "owner"),
-        MYSQL_TABLE_OPTIONS,
-    )
-
-    id: Mapped[int] = mapped_column(UnsignedBigIntKey, primary_key=True, autoincrement=True)
-    resource_group_id: Mapped[int] = mapped_column(UnsignedBigInt)
-    state: Mapped[str] = mapped_column(String(16))
-    task_graph: Mapped[bytes] = mapped_column(LongBlob)
-    inputs: Mapped[bytes] = mapped_column(LongBlob)
-    outputs: Mapped[bytes | None] = mapped_column(LongBlob)
-    error_message: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(Millis)
-    updated_at: Mapped[datetime] = mapped_column(Millis)
-    owner: Mapped[str | None] = mapped_column(String(64))
-    """The token of the engine instance executing the job (migration 0006); none: an orphan."""
+Written by the task **before** it stores the archive (``state`` ``storing``, the location is
+deterministic) and marked ``stored`` after, so that every archive file of a job that never
+commits (failed, cancelled, rolled back, a retried, killed or late instance's) can always be
+found and removed (``coordinator.store.stored_archives``). ``location`` is a file path or
+``s3://bucket/key``.
+"""
 
 
-class CoordinatorInstance(Base):
-    """A live coordinator process (or standalone engine) and its heartbeat (migration 0006).
-
-    One row per coordinator ``instance_id`` (kind ``coordinator``) or standalone engine (kind
-    ``engine``); ``token`` is new at every process start and owns that process's engine jobs.
-    """
-
-    __tablename__ = names.COORDINATOR_INSTANCES
-    __table_args__ = (MYSQL_TABLE_OPTIONS,)
-
-    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
-    name: Mapped[str] = mapped_column(String(255), primary_key=True)
-    token: Mapped[str] = mapped_column(String(64), unique=True)
-    host: Mapped[str] = mapped_column(String(255))
-    pid: Mapped[int] = mapped_column(Integer)
-    started_at: Mapped[datetime] = mapped_column(Millis)
-    heartbeat_at: Mapped[datetime] = mapped_column(Millis)
-    expires_at: Mapped[datetime] = mapped_column(Millis)
+engine_resource_groups = Table(
+    names.ENGINE_RESOURCE_GROUPS,
+    metadata,
+    Column("id", UnsignedBigIntKey, primary_key=True, autoincrement=True),
+    Column("external_id", String(255), nullable=False, unique=True),
+    Column("password", LargeBinary, nullable=False),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""The embedded engine's resource groups (Spider's ``resource_groups``)."""
 
 
-class AdoptedTable(Base):
-    """A table that already existed when migration 0001 ran (it belonged to CLP).
+engine_jobs = Table(
+    names.ENGINE_JOBS,
+    metadata,
+    Column("id", UnsignedBigIntKey, primary_key=True, autoincrement=True),
+    Column("resource_group_id", UnsignedBigInt, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("task_graph", LongBlob, nullable=False),
+    Column("inputs", LongBlob, nullable=False),
+    Column("outputs", LongBlob),
+    Column("error_message", Text),
+    Column("created_at", Millis, nullable=False),
+    Column("updated_at", Millis, nullable=False),
+    # owner: the token of the engine instance executing the job (migration 0006); none: an orphan.
+    Column("owner", String(64)),
+    Index("ENGINE_JOB_STATE", "state"),
+    Index("ENGINE_JOB_OWNER", "owner"),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""A job of the embedded engine (Spider's ``jobs``): what survives the engine's restart.
 
-    Downgrading past 0001 keeps adopted tables (and their rows) and drops only what it created.
-    """
+Task states and retry counters live in memory only, as in Spider: a job found ``Running`` after
+a restart runs again from the start, a ``CommitReady`` one runs its commit again.
+"""
 
-    __tablename__ = names.ADOPTED_TABLES
-    __table_args__ = (MYSQL_TABLE_OPTIONS,)
 
-    table_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+coordinator_instances = Table(
+    names.COORDINATOR_INSTANCES,
+    metadata,
+    Column("kind", String(16), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("token", String(64), nullable=False, unique=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", Millis, nullable=False),
+    Column("heartbeat_at", Millis, nullable=False),
+    Column("expires_at", Millis, nullable=False),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""A live coordinator process (or standalone engine) and its heartbeat (migration 0006).
+
+One row per coordinator ``instance_id`` (kind ``coordinator``) or standalone engine (kind
+``engine``); ``token`` is new at every process start and owns that process's engine jobs.
+"""
+
+
+adopted_tables = Table(
+    names.ADOPTED_TABLES,
+    metadata,
+    Column("table_name", String(255), primary_key=True),
+    **MYSQL_TABLE_OPTIONS,
+)
+"""A table that already existed when migration 0001 ran (it belonged to CLP).
+
+Downgrading past 0001 keeps adopted tables (and their rows) and drops only what it created.
+"""

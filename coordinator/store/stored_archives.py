@@ -32,16 +32,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, and_, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Engine
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus
-from coordinator.store.schema import CompressionJob, StoredArchive
-
-_stored = cast(Table, StoredArchive.__table__)
-_jobs = cast(Table, CompressionJob.__table__)
+from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import stored_archives as _stored
 
 STORING = "storing"
 STORED = "stored"

@@ -111,14 +111,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
     Row,
-    Table,
     and_,
     bindparam,
     exists,
@@ -167,7 +166,10 @@ from coordinator.store.instances import (
     live_tokens,
 )
 from coordinator.store.outage import Outage, OutageLines, backoff
-from coordinator.store.schema import CompressionJob, EngineJob, EngineResourceGroup, StoredArchive
+from coordinator.store.schema import compression_jobs as _compression_jobs
+from coordinator.store.schema import engine_jobs as _jobs_table
+from coordinator.store.schema import engine_resource_groups as _groups_table
+from coordinator.store.schema import stored_archives as _stored_archives
 
 _log = logging.getLogger(__name__)
 
@@ -185,10 +187,6 @@ _STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
 COMMIT, CLEANUP = TERMINATION_TASKS
 INTERNAL_ERROR = "storage service internal error"
 
-_jobs_table = cast(Table, EngineJob.__table__)
-_groups_table = cast(Table, EngineResourceGroup.__table__)
-_compression_jobs = cast(Table, CompressionJob.__table__)
-_stored_archives = cast(Table, StoredArchive.__table__)
 
 _UNFINISHED = [STATE_NAMES[s] for s in STATE_NAMES if not s.is_terminal]
 
