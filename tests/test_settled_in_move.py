@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -129,7 +130,7 @@ def test_finalising_settles_the_records_in_the_moves_own_transaction(
     loop.react(job, reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED))
 
     assert store.state(job_id) is JobStatus.SUCCEEDED
-    assert len(commits) == 1  # the move, its lease release and the settlement together
+    assert len(commits) == 1  # the move (its lease ended in it) and the settlement together
     assert _states(migrated_engine, job_id) == {
         f"published-archive-{SPIDER_ID}": "published",
         f"duplicate-archive-{SPIDER_ID}": "removing",  # claimed before its file is touched
@@ -141,6 +142,44 @@ def test_finalising_settles_the_records_in_the_moves_own_transaction(
 
     assert not duplicate.exists() and published.is_file()
     assert _states(migrated_engine, job_id) == {f"published-archive-{SPIDER_ID}": "published"}
+
+
+@pytest.mark.parametrize("outcome", [Outcome.SUCCEEDED, Outcome.FAILED], ids=["final", "rollback"])
+def test_a_terminal_move_ends_its_lease_in_its_guarded_statement(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path, outcome: Outcome
+) -> None:
+    job_id, _, _ = _committed_job(store, tmp_path / "archives")
+    with migrated_engine.begin() as connection:
+        connection.execute(
+            update(_jobs)
+            .where(_jobs.c.id == job_id)
+            .values(lease_expires_at=store.clock() + timedelta(hours=1))
+        )
+    statements: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        statements.append(" ".join(statement.split()).lower())
+
+    event.listen(migrated_engine, "before_cursor_execute", record)
+    try:
+        reaction = reaction_to(outcome, JobStatus.COMMITTED)
+        _loop(store).react(_driven(job_id), reaction, error="a task failed")
+    finally:
+        event.remove(migrated_engine, "before_cursor_execute", record)
+
+    assert store.state(job_id) in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+    (move,) = [s for s in statements if s.startswith("update compression_jobs ")]
+    assert "lease_expires_at" in move and "lease_epoch =" in move
+    with migrated_engine.connect() as connection:
+        row = connection.execute(select(_jobs).where(_jobs.c.id == job_id)).one()
+        at = connection.execute(
+            select(_history.c.at)
+            .where(_history.c.job_id == job_id)
+            .order_by(_history.c.id.desc())
+            .limit(1)
+        ).scalar_one()
+    assert row.lease_expires_at == at  # expired at the move's instant: no one drives the job
+    assert (row.lease_owner, row.lease_epoch) == (OWNER, EPOCH)
 
 
 def test_a_failed_settlement_never_costs_the_job_its_move(

@@ -6,12 +6,12 @@ job's state: every move is the edge's guarded transition, fenced by the lease ep
 ``Reaction`` (``coordinator.lifecycle.reactions``) is applied here with what it must do in the same
 transaction (withdraw the published archives, or require evidence of them).
 
-A terminal move also releases the lease and settles the job's archive records in its transaction
-(``coordinator.service.cleanup.settle_within``, reusing the evidence a finalising move read): one
-transaction ends the job instead of three. The settlement runs in a savepoint, so that a failure of
-it never costs the job its move: the records are then settled after the move, as before, or by the
-sweep. Only an outage (a MariaDB deadlock rolls the whole transaction back) fails the move, which
-the next tick retries.
+A terminal move also ends the lease (in its guarded statement) and settles the job's archive records
+in its transaction (``coordinator.service.cleanup.settle_within``, reusing the evidence a finalising
+move read): one transaction ends the job instead of three. The settlement runs in a savepoint, so
+that a failure of it never costs the job its move: the records are then settled after the move, as
+before, or by the sweep. Only an outage (a MariaDB deadlock rolls the whole transaction back) fails
+the move, which the next tick retries.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from coordinator.lifecycle import (
 from coordinator.service.cleanup import Settlement, settle_within
 from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.spider.port import JobState, SpiderPort
-from coordinator.store import leases
 from coordinator.store.archives import withdraw_archives
 from coordinator.store.database import is_transient, retrying_deadlocks
 from coordinator.store.evidence import PublicationEvidence, publication_gap, read_publication
@@ -121,7 +120,7 @@ class Loop:
     ) -> TransitionResult:
         """Move ``job`` from its known state to ``target`` by ``trigger``, fenced by its lease.
 
-        A terminal move releases the lease and settles the archive records in its own
+        A terminal move ends the lease (in its UPDATE) and settles the archive records in its own
         transaction; a terminal move or a lost race stops driving the job. Raises what
         ``JobStore.transition`` raises (``effects``' exceptions roll the move back).
         """
@@ -144,9 +143,10 @@ class Loop:
         in one transaction; the jobs whose publication has a gap, with what is missing.
 
         Each job's evidence is read first and its move taken only without a gap: its own guarded
-        transition fenced by its lease, with its history row, lease release and settlement (as
-        ``move`` takes it), so one job's gap or lost race leaves the others' moves alone. Every
-        job is no longer driven afterwards, except those returned (the caller reacts to their gap).
+        transition fenced by its lease (whose UPDATE ends the lease), with its history row and
+        settlement (as ``move`` takes it), so one job's gap or lost race leaves the others' moves
+        alone. Every job is no longer driven afterwards, except those returned (the caller reacts
+        to their gap).
         A transaction MariaDB picks as a deadlock's victim runs again (``retrying_deadlocks``).
         Raises what ``JobStore.apply`` raises, and the evidence's errors: the whole transaction is
         then rolled back and no job has moved.
@@ -223,15 +223,13 @@ class Loop:
     def _ending(
         self, job: DrivenJob, effects: Effects | None, settling: _Settling | None
     ) -> Effects:
-        """``effects``, then the release of ``job``'s lease and (unless the caller settles
-        several jobs together, ``_settle_all``) the settlement of its archive records, as the
-        effects of a terminal move."""
-        held, owner = {job.job_id: job.epoch}, self.instance_id
+        """``effects``, then (unless the caller settles several jobs together, ``_settle_all``)
+        the settlement of ``job``'s archive records, as the effects of a terminal move. Its lease
+        ends in the move's own statement (``coordinator.store.guarded``)."""
 
         def end(connection: Connection, applied: Applied) -> None:
             if effects is not None:
                 effects(connection, applied)
-            leases.release_within(connection, held, owner=owner, now=applied.at)
             if settling is not None:
                 settling(connection, applied)
 

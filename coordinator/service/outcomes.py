@@ -124,11 +124,11 @@ class OutcomeHandler:
         settle their archives; none of them is driven afterwards.
 
         The finalising moves (Committed → Succeeded, the common end) are made in one transaction
-        (``Loop.finalise``), each still its own guarded move with its evidence, lease release,
-        history row and settlement; every other reaction, and a finalisation whose evidence has a
-        gap, is made on its own. Raises the driver's errors and a job's own failure (the caller
-        then concludes each job alone, to tell which one failed); a finalising transaction that
-        fails leaves every job of it as it was.
+        (``Loop.finalise``), each still its own guarded move with its evidence, history row and
+        settlement (the move's UPDATE ends the lease); every other reaction, and a finalisation
+        whose evidence has a gap, is made on its own. Raises the driver's errors and a job's own
+        failure (the caller then concludes each job alone, to tell which one failed); a finalising
+        transaction that fails leaves every job of it as it was.
         """
         if not ended:
             return

@@ -6,6 +6,9 @@ A transition is one compare-and-set inside the caller's database transaction::
      WHERE id = :id AND <the source state's stored form> <AND the edge's row guards>
        [AND lease_epoch = :fence]
 
+A fenced move into a terminal state also ends its lease in that statement (``lease_expires_at =
+:now``): no coordinator is to drive an ended job, and another may claim nothing of it anyway.
+
 The stored forms come from ``coordinator.lifecycle.storage``: Running is ``status = 1 AND
 committed_at IS NULL``, Committed is ``status IN (1, 5) AND committed_at IS NOT NULL``, and a move
 into Committed writes ``committed_at`` with the status its ``CommittedStorage`` setting selects.
@@ -274,6 +277,8 @@ def _recorded_values(
         values["v_duration"] = (now - start_time).total_seconds() if start_time else None
     if edge.dest is JobStatus.COMMITTED:
         values["v_committed_at"] = now
+    if request.fence is not None and edge.dest.is_terminal:
+        values["v_lease_expires_at"] = now
     return values
 
 
@@ -287,7 +292,7 @@ def _recorded_values(
 def _guarded_update(edge: Edge, fenced: bool, unless_cancel_requested: bool) -> Update:
     """The compare-and-set of ``edge`` (module docstring); its parameters are ``w_id``,
     ``w_spider_id`` (``SPIDER_ID_MATCHES``), ``w_fence`` (``fenced``), ``v_status`` and what
-    ``_recorded_values`` gives."""
+    ``_recorded_values`` gives (``v_lease_expires_at`` for a fenced terminal move)."""
     guards: list[ColumnElement[bool]] = [_jobs.c.id == bindparam("w_id"), *in_state(edge.source)]
     for guard in edge.guards:
         if guard is RowGuard.SPIDER_ID_UNSET:
@@ -309,6 +314,8 @@ def _guarded_update(edge: Edge, fenced: bool, unless_cancel_requested: bool) -> 
         columns.append("duration")
     if edge.dest is JobStatus.COMMITTED:
         columns.append("committed_at")
+    if fenced and edge.dest.is_terminal:
+        columns.append("lease_expires_at")
     values: dict[str, object] = {column: bindparam(f"v_{column}") for column in columns}
     if Record.SUBMISSION in edge.records:
         # A restart may find the claim's dispatch_time unwritten; keep CLP's invariant that a

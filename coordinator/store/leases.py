@@ -341,17 +341,10 @@ def renew(engine: Engine, leases: dict[int, int], *, owner: str, expires: dateti
 def release(engine: Engine, leases: dict[int, int], *, owner: str, now: datetime) -> None:
     """Let the leases ``{job id: epoch}`` expire now: another coordinator may continue at once."""
     with engine.begin() as connection:
-        release_within(connection, leases, owner=owner, now=now)
-
-
-def release_within(
-    connection: Connection, leases: dict[int, int], *, owner: str, now: datetime
-) -> None:
-    """``release`` in the caller's transaction (a terminal move releases its lease in its own)."""
-    for job_id, epoch in leases.items():
-        connection.execute(
-            _RELEASE, {"w_id": job_id, "w_epoch": epoch, "w_owner": owner, "v_now": now}
-        )
+        for job_id, epoch in leases.items():
+            connection.execute(
+                _RELEASE, {"w_id": job_id, "w_epoch": epoch, "w_owner": owner, "v_now": now}
+            )
 
 
 def request_cancel(engine: Engine, job_id: int, now: datetime) -> bool:
