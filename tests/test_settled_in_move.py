@@ -182,6 +182,57 @@ def test_a_terminal_move_ends_its_lease_in_its_guarded_statement(
     assert (row.lease_owner, row.lease_epoch) == (OWNER, EPOCH)
 
 
+def _statements_of(engine: Engine, run: Any) -> list[str]:
+    """The SQL ``run()`` sent through ``engine``, lower case, on one line each."""
+    statements: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        statements.append(" ".join(statement.split()).lower())
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        run()
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    return statements
+
+
+def test_finalising_attributes_nothing_when_every_record_names_the_job(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    job_id, _, _ = _committed_job(store, tmp_path / "archives")
+    reaction = reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED)
+
+    statements = _statements_of(
+        migrated_engine, lambda: _loop(store).react(_driven(job_id), reaction)
+    )
+
+    assert store.state(job_id) is JobStatus.SUCCEEDED
+    assert not [
+        s for s in statements if s.startswith("update compression_stored_archives set job_id")
+    ]
+    assert set(_states(migrated_engine, job_id).values()) == {"published", "removing"}
+
+
+def test_finalising_attributes_and_settles_a_record_its_spider_job_left_unattributed(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    output = FsArchiveOutput(directory=tmp_path / "archives")
+    job_id, published, _ = _committed_job(store, output.directory)
+    late = output.directory / DATASET / "late-archive"
+    late.write_bytes(b"archive")
+    record = stored_record(DATASET, "late-archive", None, instance_id=3, location=str(late))
+    with migrated_engine.begin() as connection:
+        record_stored_archive(connection, record)
+    loop, job = _loop(store), _driven(job_id)
+
+    loop.react(job, reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED))
+
+    assert _states(migrated_engine, job_id)["late-archive"] == "removing"  # now the job's
+    OutcomeHandler(loop, archive_output=output).clean_up(job)
+    assert not late.exists() and published.is_file()
+
+
 def test_a_failed_settlement_never_costs_the_job_its_move(
     store: JobStore, migrated_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

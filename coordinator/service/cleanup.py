@@ -151,11 +151,12 @@ def settle_within(
     published archives ``published``, and claim every other record for removal.
 
     ``publication`` is what ``read_publication`` read in this transaction (the finalising move's
-    evidence); it is read again when absent or when records were attributed meanwhile. Raises
-    ``InvalidDatasetName`` (a record with an unsafe dataset) or the driver's errors.
+    evidence); it is read again when absent or when records were attributed meanwhile. The
+    Spider job's records that name no job are attributed first, unless ``publication`` saw none.
+    Raises ``InvalidDatasetName`` (a record with an unsafe dataset) or the driver's errors.
     """
     attributed = 0
-    if spider_id is not None:
+    if spider_id is not None and (publication is None or publication.unattributed):
         attributed = attribute_unambiguous_records(connection, spider_id)
     withdrawn: list[str] = []
     if state is not JobStatus.SUCCEEDED and spider_id is not None:

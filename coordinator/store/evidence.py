@@ -24,7 +24,11 @@ from coordinator.store.archives import INSERT_BATCH_SIZE
 from coordinator.store.database import is_transient
 from coordinator.store.datasets import archives_table
 from coordinator.store.schema import compression_jobs as _jobs
-from coordinator.store.stored_archives import StoredArchiveRecord, stored_archives_of_job
+from coordinator.store.stored_archives import (
+    StoredArchiveRecord,
+    stored_archives_of_job,
+    stored_archives_of_job_and_spider_job,
+)
 
 _COMPRESSED_SIZE = select(_jobs.c.compressed_size).where(_jobs.c.id == bindparam("job_id"))
 
@@ -37,6 +41,9 @@ class PublicationEvidence:
     """Every archive recorded for the job, oldest first."""
     sizes: dict[tuple[str, str], int]
     """``(dataset, archive id)`` → size of each of the job's published archive rows."""
+    unattributed: bool = True
+    """Whether its Spider job stored records that name no job yet (or that was not read): the
+    settlement attributes them first (``attribute_unambiguous_records``)."""
 
     @property
     def published(self) -> set[tuple[str, str]]:
@@ -50,10 +57,10 @@ def read_publication(
     ``published_archives_of_job``: ``creator_id`` is the Spider job id and the id is recorded for
     the job in that dataset). Raises ``InvalidDatasetName`` (a record with an unsafe dataset) or
     the driver's errors."""
-    records = stored_archives_of_job(connection, job_id)
     sizes: dict[tuple[str, str], int] = {}
     if spider_job_id is None:
-        return PublicationEvidence(records, sizes)
+        return PublicationEvidence(stored_archives_of_job(connection, job_id), sizes, False)
+    records, unattributed = stored_archives_of_job_and_spider_job(connection, job_id, spider_job_id)
     recorded: dict[str, list[str]] = {}
     for record in records:
         recorded.setdefault(record.dataset, []).append(record.archive_id)
@@ -66,7 +73,7 @@ def read_publication(
                 raise
             continue  # no such table (never created, or dropped): nothing of it is published
         sizes.update(((dataset, archive_id), size) for archive_id, size in found.items())
-    return PublicationEvidence(records, sizes)
+    return PublicationEvidence(records, sizes, unattributed)
 
 
 def _published_sizes(

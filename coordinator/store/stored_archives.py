@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Engine
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus
@@ -77,6 +77,16 @@ _MARK_PUBLISHED = (
 )
 _RECORDS_OF_JOB = (
     select(_stored).where(_stored.c.job_id == bindparam("job_id")).order_by(_stored.c.id)
+)
+_RECORDS_OF_JOB_OR_UNATTRIBUTED = (
+    select(_stored)
+    .where(
+        or_(
+            _stored.c.job_id == bindparam("job_id"),
+            and_(_stored.c.job_id.is_(None), _stored.c.spider_job_id == bindparam("spider_job")),
+        )
+    )
+    .order_by(_stored.c.id)
 )
 _ATTRIBUTE_UNAMBIGUOUS = (
     update(_stored)
@@ -195,6 +205,18 @@ def stored_archives_of_job(connection: Connection, job_id: int) -> list[StoredAr
     """Every archive recorded for the compression job, oldest first."""
     rows = connection.execute(_RECORDS_OF_JOB, {"job_id": job_id}).mappings()
     return [StoredArchiveRecord(**row) for row in rows]
+
+
+def stored_archives_of_job_and_spider_job(
+    connection: Connection, job_id: int, spider_job_id: int
+) -> tuple[list[StoredArchiveRecord], bool]:
+    """``stored_archives_of_job``, and whether the Spider job also stored records that name no
+    job yet (``attribute_unambiguous_records`` would attribute them), in one query."""
+    params = {"job_id": job_id, "spider_job": spider_job_id}
+    rows = connection.execute(_RECORDS_OF_JOB_OR_UNATTRIBUTED, params).mappings()
+    records = [StoredArchiveRecord(**row) for row in rows]
+    own = [record for record in records if record.job_id == job_id]
+    return own, len(own) < len(records)
 
 
 def tasks_with_stored_archives(connection: Connection, job_id: int) -> int:
