@@ -103,7 +103,8 @@ def test_a_tick_polls_in_flight_jobs_while_it_submits(
     registration of a new one meet at a barrier (which a tick doing one after the other would
     never pass), and the tick both concludes the first job and starts the second."""
     with open_runtime(config, lease_secs=30) as rt:
-        coordinator = coordinator_with(rt, clock=lambda: 0.0)  # polled only when woken
+        now = [0.0]
+        coordinator = coordinator_with(rt, clock=lambda: now[0])  # polled only when woken
         spider = embedded(rt)
         first = submit_job(config, rt.engine, timestamp_key="timestamp")
         coordinator.tick()
@@ -130,6 +131,8 @@ def test_a_tick_polls_in_flight_jobs_while_it_submits(
         monkeypatch.setattr(spider, "register_jobs", register_meeting_the_poll)
         monkeypatch.setattr(spider, "get_job_state", state_meeting_the_registration)
         second = submit_job(config, rt.engine, timestamp_key="timestamp")
+        # A woken tick claims once the polling interval passed (``Coordinator._reads_due``).
+        now[0] += coordinator.settings.job_polling_interval_millisecs / 1000
         report = coordinator.tick()
         assert not both.broken
         assert report.concluded == [first]
