@@ -63,8 +63,17 @@ def test_the_ready_jobs_are_started_in_one_transaction_each_answered_in_its_plac
         started_before = submit(spider, group, GRAPH, [b"x"])
         assert start_if_ready(spider, started_before) is JobState.RUNNING
         commits = _commits(migrated_engine)
+        updates: list[str] = []
+
+        def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+            if statement.lstrip().upper().startswith("UPDATE"):
+                updates.append(statement)
+
+        event.listen(migrated_engine, "before_cursor_execute", record)
         answers = start_all_if_ready(spider, [*ready, started_before, 9_999])
+        event.remove(migrated_engine, "before_cursor_execute", record)
         assert len(commits) == 1  # before: one per Ready job
+        assert len(updates) == 1  # one compare-and-set for the four Ready jobs
         assert answers[:5] == [JobState.RUNNING] * 5  # a started job counts as started
         assert isinstance(answers[5], JobNotFound)
         assert [spider.get_job_state(job_id) for job_id in ready] == [JobState.RUNNING] * 4

@@ -199,6 +199,22 @@ _SET_STATE = update(_jobs_table).where(
     _jobs_table.c.state == bindparam("w_state"),
 )
 """``_set_state``'s compare-and-set; the SET clause is the columns its parameters name."""
+_START_ALL = (
+    update(_jobs_table)
+    .where(
+        _jobs_table.c.id.in_(bindparam("w_ids", expanding=True)),
+        _jobs_table.c.owner == bindparam("w_owner"),
+        _jobs_table.c.state == STATE_NAMES[JobState.READY],
+    )
+    .values(state=STATE_NAMES[JobState.RUNNING], updated_at=bindparam("updated_at"))
+)
+"""StartJob's Ready → Running of several jobs: ``_SET_STATE`` for each, in one statement."""
+_STARTED_AT = select(_jobs_table.c.id).where(
+    _jobs_table.c.id.in_(bindparam("w_ids", expanding=True)),
+    _jobs_table.c.owner == bindparam("w_owner"),
+    _jobs_table.c.state == STATE_NAMES[JobState.RUNNING],
+    _jobs_table.c.updated_at == bindparam("w_at"),
+)
 _INSERT_JOB = insert(_jobs_table)
 _GROUP_AND_IDS = select(
     select(_groups_table.c.id)
@@ -639,12 +655,8 @@ class EmbeddedSpider:
             }
             written: set[int] = set()
             if ready:
-                now = utc_now()
                 with self._db.begin() as connection:
-                    for job in ready.values():
-                        parameters = _state_change(self.token, job, JobState.RUNNING, now)
-                        if connection.execute(_SET_STATE, parameters).rowcount == 1:
-                            written.add(job.id)
+                    written = _start_all(connection, self.token, list(ready))
                 self._outage.recovered()
             answers: list[JobState | SpiderError] = []
             for job_id in job_ids:
@@ -1444,6 +1456,21 @@ class _IdChooser:
         self._stored = max(self._stored, job_id)
         if self._lowest is None:
             self._lowest = job_id  # the table's first row: not a reset
+
+
+def _start_all(connection: Connection, owner: str, job_ids: list[int]) -> set[int]:
+    """Which of ``job_ids`` (held Ready by engine ``owner``) this transaction moved Ready →
+    Running: one compare-and-set statement for them all. When it matched fewer rows than jobs
+    (another engine took some over), the rows it wrote are read back by their new ``updated_at``.
+    Raises the driver's errors."""
+    now = utc_now()
+    matched = connection.execute(
+        _START_ALL, {"w_ids": job_ids, "w_owner": owner, "updated_at": now}
+    ).rowcount
+    if matched == len(job_ids):
+        return set(job_ids)
+    rows = connection.execute(_STARTED_AT, {"w_ids": job_ids, "w_owner": owner, "w_at": now})
+    return {int(row.id) for row in rows}
 
 
 def _state_change(owner: str, job: _Job, state: JobState, now: datetime) -> dict[str, object]:
