@@ -190,15 +190,15 @@ def test_a_deadlock_while_finalising_is_run_again_within_the_tick(
         coordinator = coordinator_with(rt, instance_id="deadlocks")
         coordinator.tick()
         assert job_state(job_row(rt, job_id)) is JobStatus.RUNNING
-        real = driven.read_publication
+        real = driven.read_publications
         deadlocks = [_deadlock()]
 
-        def read_publication(*args: Any, **kwargs: Any) -> Any:
+        def read_publications(*args: Any, **kwargs: Any) -> Any:
             if deadlocks:
                 raise deadlocks.pop()
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(driven, "read_publication", read_publication)
+        monkeypatch.setattr(driven, "read_publications", read_publications)
         run_until_idle(coordinator)  # a tick that failed would raise here
         assert deadlocks == []  # the finalising transaction met it
         assert job_state(job_row(rt, job_id)) is JobStatus.SUCCEEDED

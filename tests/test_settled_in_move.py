@@ -333,12 +333,28 @@ def test_the_jobs_spider_ended_together_are_finalised_in_one_transaction(
     reaction = reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED)
     commits.clear()
 
-    gaps = loop.finalise([(job, reaction) for job in jobs.values()])
+    gaps: list[Any] = []
+    statements = _statements_of(
+        migrated_engine,
+        lambda: gaps.extend(loop.finalise([(job, reaction) for job in jobs.values()])),
+    )
 
     assert len(commits) == 1
     assert [(job.job_id, text) for job, text in gaps] == [
         (gap, "none of its archives is published")
     ]
+    # The evidence of the four is read together: before, three reads for each job.
+    reads = [s.split(" from ", 1)[1].split()[0] for s in statements if s.startswith("select ")]
+    assert reads.count("compression_stored_archives") == 1
+    assert reads.count(f"clp_{DATASET}_archives") == 1
+    assert (
+        sum(
+            1
+            for s in statements
+            if s.startswith("select compression_jobs.id, compression_jobs.compressed_size")
+        )
+        == 1
+    )
     assert store.state(first) is store.state(second) is JobStatus.SUCCEEDED
     assert store.state(gap) is store.state(raced) is JobStatus.COMMITTED
     assert set(loop.driven) == {gap}  # the raced job is another coordinator's now

@@ -37,7 +37,12 @@ from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.archives import withdraw_archives
 from coordinator.store.database import is_transient, retrying_deadlocks
-from coordinator.store.evidence import PublicationEvidence, publication_gap, read_publication
+from coordinator.store.evidence import (
+    PublicationEvidence,
+    publication_gap,
+    read_publications,
+    recorded_sizes,
+)
 from coordinator.store.guarded import (
     Applied,
     LostRace,
@@ -142,11 +147,11 @@ class Loop:
         """Take each job's move on evidence (``reaction.on_evidence``: Committed → Succeeded), all
         in one transaction; the jobs whose publication has a gap, with what is missing.
 
-        Each job's evidence is read first and its move taken only without a gap: its own guarded
-        transition fenced by its lease (whose UPDATE ends the lease), with its history row and
-        settlement (as ``move`` takes it), so one job's gap or lost race leaves the others' moves
-        alone. Every job is no longer driven afterwards, except those returned (the caller reacts
-        to their gap).
+        The jobs' evidence is read first, together (``read_publications``, ``recorded_sizes``), and
+        each job's move taken only without a gap: its own guarded transition fenced by its lease
+        (whose UPDATE ends the lease), with its history row and settlement (as ``move`` takes it),
+        so one job's gap or lost race leaves the others' moves alone. Every job is no longer driven
+        afterwards, except those returned (the caller reacts to their gap).
         A transaction MariaDB picks as a deadlock's victim runs again (``retrying_deadlocks``).
         Raises what ``JobStore.apply`` raises, and the evidence's errors: the whole transaction is
         then rolled back and no job has moved.
@@ -166,9 +171,13 @@ class Loop:
             results: _Moves = []
             ended: list[_Ended] = []
             with self.engine.begin() as connection:
+                evidence = read_publications(
+                    connection, [(j.job_id, j.spider_id) for j, _ in moves]
+                )
+                recorded = recorded_sizes(connection, [job.job_id for job, _ in moves])
                 for job, request in moves:
-                    publication = read_publication(connection, job.job_id, job.spider_id)
-                    gap = publication_gap(connection, job.job_id, publication)
+                    publication = evidence[job.job_id]
+                    gap = publication_gap(publication, recorded.get(job.job_id))
                     if gap is not None:
                         gaps.append((job, gap))
                         continue

@@ -78,12 +78,15 @@ _MARK_PUBLISHED = (
 _RECORDS_OF_JOB = (
     select(_stored).where(_stored.c.job_id == bindparam("job_id")).order_by(_stored.c.id)
 )
-_RECORDS_OF_JOB_OR_UNATTRIBUTED = (
+_RECORDS_OF_JOBS_OR_UNATTRIBUTED = (
     select(_stored)
     .where(
         or_(
-            _stored.c.job_id == bindparam("job_id"),
-            and_(_stored.c.job_id.is_(None), _stored.c.spider_job_id == bindparam("spider_job")),
+            _stored.c.job_id.in_(bindparam("job_ids", expanding=True)),
+            and_(
+                _stored.c.job_id.is_(None),
+                _stored.c.spider_job_id.in_(bindparam("spider_jobs", expanding=True)),
+            ),
         )
     )
     .order_by(_stored.c.id)
@@ -207,16 +210,37 @@ def stored_archives_of_job(connection: Connection, job_id: int) -> list[StoredAr
     return [StoredArchiveRecord(**row) for row in rows]
 
 
-def stored_archives_of_job_and_spider_job(
-    connection: Connection, job_id: int, spider_job_id: int
-) -> tuple[list[StoredArchiveRecord], bool]:
-    """``stored_archives_of_job``, and whether the Spider job also stored records that name no
-    job yet (``attribute_unambiguous_records`` would attribute them), in one query."""
-    params = {"job_id": job_id, "spider_job": spider_job_id}
-    rows = connection.execute(_RECORDS_OF_JOB_OR_UNATTRIBUTED, params).mappings()
-    records = [StoredArchiveRecord(**row) for row in rows]
-    own = [record for record in records if record.job_id == job_id]
-    return own, len(own) < len(records)
+@dataclass(frozen=True)
+class RecordsOfJob:
+    """A job's records, and whether its Spider job stored records that name no job yet."""
+
+    records: list[StoredArchiveRecord]
+    """Every archive recorded for the job, oldest first."""
+    unattributed: bool
+    """Records of its Spider job name no job (``attribute_unambiguous_records`` would try)."""
+
+
+def records_of_jobs(
+    connection: Connection, jobs: Sequence[tuple[int, int | None]]
+) -> dict[int, RecordsOfJob]:
+    """``stored_archives_of_job`` of each ``(job id, Spider job id)``, and whether its Spider job
+    left records unattributed, in one query per ``_BATCH`` jobs. Raises the driver's errors."""
+    found: dict[int, RecordsOfJob] = {job_id: RecordsOfJob([], False) for job_id, _ in jobs}
+    for start in range(0, len(jobs), _BATCH):
+        batch = jobs[start : start + _BATCH]
+        by_spider_job: dict[int, list[int]] = {}
+        for job_id, spider_job_id in batch:
+            if spider_job_id is not None:
+                by_spider_job.setdefault(spider_job_id, []).append(job_id)
+        params = {"job_ids": [job_id for job_id, _ in batch], "spider_jobs": list(by_spider_job)}
+        for row in connection.execute(_RECORDS_OF_JOBS_OR_UNATTRIBUTED, params).mappings():
+            record = StoredArchiveRecord(**row)
+            if record.job_id is not None:
+                found[record.job_id].records.append(record)
+                continue
+            for job_id in by_spider_job.get(record.spider_job_id, ()):
+                found[job_id] = replace(found[job_id], unattributed=True)
+    return found
 
 
 def tasks_with_stored_archives(connection: Connection, job_id: int) -> int:
