@@ -25,6 +25,8 @@ from coordinator.job_config import (
 )
 from coordinator.lifecycle import Actor, JobStatus, Trigger, plan_transition
 from coordinator.service.prepare import JobRejected, prepare
+from coordinator.spider import task_graph
+from coordinator.spider.task_graph import TaskGraph, decode_task_graph
 from coordinator.store import guarded
 from coordinator.store.datasets import register_dataset
 from coordinator.store.guarded import Applied, LostRace, TransitionRequest
@@ -115,6 +117,32 @@ def test_an_unregistered_dataset_is_checked_at_every_submission(migrated_engine:
     with pytest.raises(JobRejected, match="registered dataset 'Web' differs only in letter case"):
         prepare(migrated_engine, blob, settings, registered_as_named=remembered)
     assert remembered == set()
+
+
+def test_a_prepared_graph_and_its_inputs_are_compressed_once(
+    migrated_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submitter weighs a job's payloads when it prepares it (Spider's message limit), then
+    registers them: both read the same bytes, made once (issue 14)."""
+    made: list[str] = []
+    graph_compressed, encode_inputs = TaskGraph.compressed, task_graph._encode_job_inputs
+
+    def counted_graph(graph: TaskGraph) -> bytes:
+        made.append("graph")
+        return graph_compressed(graph)
+
+    def counted_inputs(inputs: Any) -> bytes:
+        made.append("inputs")
+        return encode_inputs(inputs)
+
+    monkeypatch.setattr(TaskGraph, "compressed", counted_graph)
+    monkeypatch.setattr(task_graph, "_encode_job_inputs", counted_inputs)
+    blob = _job_blob(migrated_engine, "web")
+    submission = prepare(migrated_engine, blob, CompressionCoordinator()).submission
+    payloads = (submission.compressed_task_graph(), submission.compressed_inputs())
+    assert payloads == (submission.compressed_task_graph(), submission.compressed_inputs())
+    assert sorted(made) == ["graph", "inputs"]
+    assert decode_task_graph(payloads[0]) == submission.task_graph
 
 
 def test_a_small_config_is_decoded_once_and_a_large_one_every_time() -> None:

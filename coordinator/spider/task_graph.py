@@ -198,11 +198,20 @@ class JobSubmission:
     inputs: tuple[bytes, ...] = field(default=())
 
     def compressed_task_graph(self) -> bytes:
-        """``RegisterJobRequest.compressed_serialized_task_graph``."""
-        return self.task_graph.compressed()
+        """``RegisterJobRequest.compressed_serialized_task_graph`` (made once: the submitter
+        weighs it before it registers it)."""
+        return self._compressed_task_graph
 
     def compressed_inputs(self) -> bytes:
-        """``RegisterJobRequest.compressed_serialized_inputs``."""
+        """``RegisterJobRequest.compressed_serialized_inputs`` (made once, as the graph)."""
+        return self._compressed_inputs
+
+    @functools.cached_property
+    def _compressed_task_graph(self) -> bytes:
+        return self.task_graph.compressed()
+
+    @functools.cached_property
+    def _compressed_inputs(self) -> bytes:
         return _encode_job_inputs(self.inputs)
 
 
