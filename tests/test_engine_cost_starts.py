@@ -29,6 +29,7 @@ from coordinator.spider.wire import encode_job_inputs
 from coordinator.store.schema import engine_jobs
 from tests.engine_support import graph, registrar, submit, task
 from tests.service_support import SpiderProxy
+from tests.sql_capture import one_line, statements_sent
 
 PASSWORD = b"compression-coordinator"
 GRAPH = graph(task("echo"))
@@ -63,15 +64,9 @@ def test_the_ready_jobs_are_started_in_one_transaction_each_answered_in_its_plac
         started_before = submit(spider, group, GRAPH, [b"x"])
         assert start_if_ready(spider, started_before) is JobState.RUNNING
         commits = _commits(migrated_engine)
-        updates: list[str] = []
-
-        def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-            if statement.lstrip().upper().startswith("UPDATE"):
-                updates.append(statement)
-
-        event.listen(migrated_engine, "before_cursor_execute", record)
-        answers = start_all_if_ready(spider, [*ready, started_before, 9_999])
-        event.remove(migrated_engine, "before_cursor_execute", record)
+        with statements_sent(migrated_engine) as sent:
+            answers = start_all_if_ready(spider, [*ready, started_before, 9_999])
+        updates = [s for s in sent if one_line(s).startswith("update ")]
         assert len(commits) == 1  # before: one per Ready job
         assert len(updates) == 1  # one compare-and-set for the four Ready jobs
         assert answers[:5] == [JobState.RUNNING] * 5  # a started job counts as started

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timedelta
 
 import pytest
 from freezegun import freeze_time
-from sqlalchemy import Connection, Engine, event, insert, select, text, update
+from sqlalchemy import Connection, Engine, insert, select, text, update
 
 from coordinator.lifecycle import (
     EDGES,
@@ -30,22 +28,9 @@ from coordinator.store.guarded import (
 from coordinator.store.jobs import JobRow, JobStore, TransitionRow, job_state
 from coordinator.store.schema import compression_jobs, datasets, job_transitions
 from tests.paths import SPIDER_ID, new_job_in, request
+from tests.sql_capture import statements_sent
 
 START = datetime(2026, 11, 30, 12, 0, 0, 123000)
-
-
-@contextmanager
-def statements_counted(engine: Engine) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def count(*args: object) -> None:
-        statements.append(str(args[2]))
-
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
 
 
 def _edge_id(edge: Edge) -> str:
@@ -138,7 +123,7 @@ def test_every_illegal_transition_is_refused_before_any_sql(
     history_before = len(store.history(job_id))
     cases = [case for case in _illegal_requests() if case[0] == status]
     assert cases
-    with statements_counted(migrated_engine) as statements:
+    with statements_sent(migrated_engine) as statements:
         for source, trigger, dest, actor in cases:
             with pytest.raises(IllegalTransition):
                 store.transition(request(job_id, trigger, source, dest, actor))
@@ -324,7 +309,7 @@ def test_incomplete_requests_are_refused_before_any_sql(
 ) -> None:
     job_id = new_job_in(store, source)
     with (
-        statements_counted(migrated_engine) as statements,
+        statements_sent(migrated_engine) as statements,
         pytest.raises(InvalidTransitionRequest, match=message),
     ):
         store.transition(request(job_id, trigger, source, dest, actor, **missing))

@@ -35,6 +35,7 @@ from coordinator.store.schema import job_transitions as _history
 from coordinator.store.stored_archives import record_stored_archive, stored_archives_of_job
 from coordinator.task_io import ArchiveMetadata
 from tests.paths import SPIDER_ID, new_job_in, stored_record
+from tests.sql_capture import one_line, statements_sent
 
 DATASET = "web"
 OWNER = "settling-test"
@@ -155,17 +156,10 @@ def test_a_terminal_move_ends_its_lease_in_its_guarded_statement(
             .where(_jobs.c.id == job_id)
             .values(lease_expires_at=store.clock() + timedelta(hours=1))
         )
-    statements: list[str] = []
-
-    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-        statements.append(" ".join(statement.split()).lower())
-
-    event.listen(migrated_engine, "before_cursor_execute", record)
-    try:
+    with statements_sent(migrated_engine) as sent:
         reaction = reaction_to(outcome, JobStatus.COMMITTED)
         _loop(store).react(_driven(job_id), reaction, error="a task failed")
-    finally:
-        event.remove(migrated_engine, "before_cursor_execute", record)
+    statements = [one_line(s) for s in sent]
 
     assert store.state(job_id) in (JobStatus.SUCCEEDED, JobStatus.FAILED)
     (move,) = [s for s in statements if s.startswith("update compression_jobs ")]
@@ -182,30 +176,15 @@ def test_a_terminal_move_ends_its_lease_in_its_guarded_statement(
     assert (row.lease_owner, row.lease_epoch) == (OWNER, EPOCH)
 
 
-def _statements_of(engine: Engine, run: Any) -> list[str]:
-    """The SQL ``run()`` sent through ``engine``, lower case, on one line each."""
-    statements: list[str] = []
-
-    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-        statements.append(" ".join(statement.split()).lower())
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        run()
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
-    return statements
-
-
 def test_finalising_attributes_nothing_when_every_record_names_the_job(
     store: JobStore, migrated_engine: Engine, tmp_path: Path
 ) -> None:
     job_id, _, _ = _committed_job(store, tmp_path / "archives")
     reaction = reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED)
 
-    statements = _statements_of(
-        migrated_engine, lambda: _loop(store).react(_driven(job_id), reaction)
-    )
+    with statements_sent(migrated_engine) as sent:
+        _loop(store).react(_driven(job_id), reaction)
+    statements = [one_line(s) for s in sent]
 
     assert store.state(job_id) is JobStatus.SUCCEEDED
     assert not [
@@ -333,11 +312,9 @@ def test_the_jobs_spider_ended_together_are_finalised_in_one_transaction(
     reaction = reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED)
     commits.clear()
 
-    gaps: list[Any] = []
-    statements = _statements_of(
-        migrated_engine,
-        lambda: gaps.extend(loop.finalise([(job, reaction) for job in jobs.values()])),
-    )
+    with statements_sent(migrated_engine) as sent:
+        gaps = loop.finalise([(job, reaction) for job in jobs.values()])
+    statements = [one_line(s) for s in sent]
 
     assert len(commits) == 1
     assert [(job.job_id, text) for job, text in gaps] == [

@@ -6,12 +6,10 @@ move still compares the row it names with that job's own values."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.job_config import (
@@ -33,6 +31,7 @@ from coordinator.store.guarded import Applied, LostRace, TransitionRequest
 from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
 from coordinator.store.jobs import JobStore
 from coordinator.task_io import DefaultAuthentication
+from tests.sql_capture import statements_sent
 
 BUCKET = "logs"
 PREFIX = "in/"
@@ -72,20 +71,9 @@ def _job_blob(engine: Engine, dataset: str) -> bytes:
     return _blob(written.ingestion_job_id, written.object_ids, dataset)
 
 
-@contextmanager
-def _letter_case_reads(engine: Engine) -> Iterator[list[str]]:
-    """The statements that read ``clp_datasets`` by ``lower(name)``, while the block runs."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if "lower(" in statement.lower() and "clp_datasets" in statement:
-            seen.append(statement)
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+def _letter_case_reads(statements: list[str]) -> list[str]:
+    """The statements that read ``clp_datasets`` by ``lower(name)``."""
+    return [s for s in statements if "lower(" in s.lower() and "clp_datasets" in s]
 
 
 def test_a_dataset_seen_registered_under_its_name_is_not_checked_again(
@@ -96,13 +84,13 @@ def test_a_dataset_seen_registered_under_its_name_is_not_checked_again(
     remembered: set[str] = set()
     blob = _job_blob(migrated_engine, "web")
     settings = CompressionCoordinator()
-    with _letter_case_reads(migrated_engine) as reads:
+    with statements_sent(migrated_engine) as sent:
         prepare(migrated_engine, blob, settings, registered_as_named=remembered)
-    assert len(reads) == 1
+    assert len(_letter_case_reads(sent)) == 1
     assert remembered == {"web"}
-    with _letter_case_reads(migrated_engine) as reads:
+    with statements_sent(migrated_engine) as sent:
         prepared = prepare(migrated_engine, blob, settings, registered_as_named=remembered)
-    assert reads == []
+    assert _letter_case_reads(sent) == []
     assert prepared.dataset == "web"
 
 

@@ -6,13 +6,11 @@ free place. A cancel request or a new job therefore waits no longer than between
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
-from sqlalchemy import Engine, event, update
+from sqlalchemy import update
 
 from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.clp import CompressionCoordinator
@@ -21,6 +19,7 @@ from coordinator.service.coordinator import Coordinator
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import compression_jobs as _jobs
+from tests.sql_capture import statements_sent
 from tests.test_submit_cost_reads import _blob
 
 INTERVAL_MS = 100
@@ -46,20 +45,6 @@ class _StillRunning:
     def cancel_job(self, job_id: int) -> JobState:
         self.cancelled.append(job_id)
         return JobState.CLEANUP_READY
-
-
-@contextmanager
-def _statements(engine: Engine) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 def _reads(statements: list[str]) -> tuple[bool, bool]:
@@ -112,14 +97,14 @@ def test_a_woken_tick_skips_the_reads_until_the_polling_interval_passed(store: J
     assert coordinator.tick().claimed == 2
     pending = store.create_job(_blob(1, [1], "web"))
 
-    with _statements(store.engine) as statements:
+    with statements_sent(store.engine) as statements:
         coordinator.wake(100)
         coordinator.tick()
     assert _reads(statements) == (False, False)
     assert pending not in coordinator.driven
 
     clock.now += INTERVAL_MS / 1000
-    with _statements(store.engine) as statements:
+    with statements_sent(store.engine) as statements:
         coordinator.wake(101)
         report = coordinator.tick()
     assert _reads(statements) == (True, True)
@@ -133,7 +118,7 @@ def test_a_tick_not_woken_reads_whatever_the_clock(store: JobStore) -> None:
     coordinator = _coordinator(store, _StillRunning(), clock)
     coordinator.tick()
     store.create_job(_blob(1, [1], "web"))
-    with _statements(store.engine) as statements:
+    with statements_sent(store.engine) as statements:
         report = coordinator.tick()
     assert _reads(statements) == (True, True)
     assert report.claimed == 1  # the job created after the last claim
@@ -148,12 +133,12 @@ def test_a_woken_tick_claims_when_the_last_claim_filled_every_place(store: JobSt
     # The driven job ends elsewhere and leaves: its place is free for the job still waiting.
     del coordinator.driven[driven.job_id]
     coordinator.driven[-1] = driven  # any driven job keeps the tick a woken one
-    with _statements(store.engine) as statements:
+    with statements_sent(store.engine) as statements:
         coordinator.wake(999)
         assert coordinator.tick().claimed == 0  # no place: max_concurrent_jobs is 1
     assert _reads(statements) == (False, False)
     del coordinator.driven[-1]
-    with _statements(store.engine) as statements:
+    with statements_sent(store.engine) as statements:
         coordinator.wake(999)
         assert coordinator.tick().claimed == 1
     assert _reads(statements)[1]
