@@ -156,8 +156,6 @@ class Coordinator:
         self._phase_failures = 0
         self._reads_due_at = 0.0
         """When a woken tick reads cancel requests and claims again (see ``_reads_due``)."""
-        self._backlog = True
-        """Whether the last claim filled every free place (more Pending jobs may be waiting)."""
         self.resource_group = ResourceGroup(engine, spider, settings.resource_group.name)
         self.leases = LeaseKeeper(
             self.loop,
@@ -254,15 +252,13 @@ class Coordinator:
         self._guarded_phase("lease renewal", self.leases.renew)
         if reads_due:
             self.cancels.serve()
-        claims_due = reads_due or self._backlog
+        claims_due = reads_due or self.leases.filled_capacity
         if (
             claims_due
             and not self.stopping.is_set()
             and self.loop.monotonic() >= self._claim_retry_at
         ):
-            capacity = self.settings.max_concurrent_jobs - len(self.driven)
             report.claimed = self._guarded_phase("claim", self.leases.claim) or 0
-            self._backlog = report.claimed >= capacity
         if reads_due:
             self._reads_due_at = (
                 self.loop.monotonic() + self.settings.job_polling_interval_millisecs / 1000
@@ -309,9 +305,9 @@ class Coordinator:
         job, issue 14) skips both reads unless ``job_polling_interval_millisecs`` has passed
         since they last ran; so an operator's cancel request or a new job waits no longer than
         it does between the loop's own ticks. It still claims when the last claim filled every
-        free place (``_backlog``): the places the ended jobs free go to the waiting jobs at once.
-        Every other tick reads, as does any tick while nothing is driven (``--until-idle`` ends
-        only after a claim found nothing).
+        free place (``LeaseKeeper.filled_capacity``): the places the ended jobs free go to the
+        waiting jobs at once. Every other tick reads, as does any tick while nothing is driven
+        (``--until-idle`` ends only after a claim found nothing).
         """
         if not self._woken or not self.driven:
             return True

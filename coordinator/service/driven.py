@@ -130,7 +130,7 @@ class Loop:
         ``JobStore.transition`` raises (``effects``' exceptions roll the move back).
         """
         if target.is_terminal:
-            effects = self._ending(job, effects, _Settling(job))
+            effects = _ending(job, effects)
         result = self.store.transition(self._request(job, trigger, target, reason), effects=effects)
         self._moved(job, trigger, target, reason, result)
         return result
@@ -183,7 +183,6 @@ class Loop:
                         continue
                     result = self.store.apply(connection, request)
                     if isinstance(result, Applied):
-                        self._ending(job, None, None)(connection, result)
                         ended.append(_Ended(job, result, publication))
                     results.append((job, request, result))
                 _settle_all(connection, ended)  # the moves' last effect, one savepoint for all
@@ -228,21 +227,6 @@ class Loop:
             _log.info("lost a race: %s", result.describe(), extra=job.log())
         if target.is_terminal or not isinstance(result, Applied):
             self.driven.pop(job.job_id, None)
-
-    def _ending(
-        self, job: DrivenJob, effects: Effects | None, settling: _Settling | None
-    ) -> Effects:
-        """``effects``, then (unless the caller settles several jobs together, ``_settle_all``)
-        the settlement of ``job``'s archive records, as the effects of a terminal move. Its lease
-        ends in the move's own statement (``coordinator.store.guarded``)."""
-
-        def end(connection: Connection, applied: Applied) -> None:
-            if effects is not None:
-                effects(connection, applied)
-            if settling is not None:
-                settling(connection, applied)
-
-        return end
 
     def react(self, job: DrivenJob, reaction: Reaction, **fields: object) -> None:
         """Take ``reaction``'s move from the job's state, with its message's ``fields``.
@@ -294,14 +278,17 @@ class _Ended:
     """The evidence a finalising move read in this transaction, reused by the settlement."""
 
 
-@dataclass
-class _Settling:
-    """A terminal move's last effect: settle the job's archive records (``_settle_all``)."""
+def _ending(job: DrivenJob, effects: Effects | None) -> Effects:
+    """``effects``, then the settlement of ``job``'s archive records (``_settle_all``), as the
+    effects of a terminal move. Its lease ends in the move's own statement
+    (``coordinator.store.guarded``)."""
 
-    job: DrivenJob
+    def end(connection: Connection, applied: Applied) -> None:
+        if effects is not None:
+            effects(connection, applied)
+        _settle_all(connection, [_Ended(job, applied)])
 
-    def __call__(self, connection: Connection, applied: Applied) -> None:
-        _settle_all(connection, [_Ended(self.job, applied)])
+    return end
 
 
 def _settle_all(connection: Connection, ended: Sequence[_Ended]) -> None:

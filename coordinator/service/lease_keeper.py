@@ -47,6 +47,9 @@ class LeaseKeeper:
         self.leaves_job = leaves_job
         self._foreign: set[int] = set()
         self._next_renewal = 0.0
+        self.filled_capacity = True
+        """Whether the last claim took a job for every free place (more Pending jobs may be
+        waiting); so before the first claim, and while no place is free."""
 
     def renew(self) -> None:
         """Renew the leases every third of their duration; drop the jobs whose lease was lost.
@@ -76,6 +79,7 @@ class LeaseKeeper:
         before the transaction committed.
         """
         capacity = self.loop.settings.max_concurrent_jobs - len(self.loop.driven)
+        self.filled_capacity = capacity <= 0  # until this claim is known to have filled them
         if capacity <= 0:
             return 0
         now = self.loop.store.clock()
@@ -129,7 +133,9 @@ class LeaseKeeper:
             verb = "took over" if lease.status is not JobStatus.PENDING else "claimed"
             _log.info("%s job (%s)", verb, lease.status.label, extra=job.log())
             crashpoints.crashpoint("claimed")
-        return len(taken) + len(recorded) + len(claimed)
+        total = len(taken) + len(recorded) + len(claimed)
+        self.filled_capacity = total >= capacity
+        return total
 
     def release_all(self) -> None:
         """Give up every lease now, so another coordinator (or the next start) continues at once."""

@@ -29,9 +29,13 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from typing import Protocol
+from functools import partial
+from typing import Protocol, TypeVar
 
 from coordinator.errors import CoordinatorError
+
+_Item = TypeVar("_Item")
+_Answer = TypeVar("_Answer")
 
 
 class JobState(IntEnum):
@@ -186,13 +190,7 @@ def register_all_jobs(
     batch: RegisterJobs | None = getattr(spider, "register_jobs", None)
     if batch is not None and callable(batch):
         return batch(resource_group_id, submissions)
-    answers: list[int | SpiderError] = []
-    for graph, inputs in submissions:
-        try:
-            answers.append(spider.register_job(resource_group_id, graph, inputs))
-        except SpiderError as error:
-            answers.append(error)
-    return answers
+    return _each(lambda item: spider.register_job(resource_group_id, *item), submissions)
 
 
 StartReadyJobs = Callable[[Sequence[int]], list["JobState | SpiderError"]]
@@ -209,10 +207,16 @@ def start_all_if_ready(spider: SpiderPort, job_ids: Sequence[int]) -> list[JobSt
     batch: StartReadyJobs | None = getattr(spider, "start_ready_jobs", None)
     if batch is not None and callable(batch):
         return batch(job_ids)
-    answers: list[JobState | SpiderError] = []
-    for job_id in job_ids:
+    return _each(partial(start_if_ready, spider), job_ids)
+
+
+def _each(call: Callable[[_Item], _Answer], items: Sequence[_Item]) -> list[_Answer | SpiderError]:
+    """``call`` of each of ``items`` in turn (an engine without the call for several at once):
+    each answer, or its ``SpiderError``, in its place. Raises the errors that are not Spider's."""
+    answers: list[_Answer | SpiderError] = []
+    for item in items:
         try:
-            answers.append(start_if_ready(spider, job_id))
+            answers.append(call(item))
         except SpiderError as error:
             answers.append(error)
     return answers

@@ -153,8 +153,8 @@ def is_transient(error: SQLAlchemyError) -> bool:
 def is_transient_driver_error(error: BaseException) -> bool:
     """``is_transient`` for an error as the driver raised it, before SQLAlchemy wraps it (what
     SQLAlchemy's pool logs when it cannot roll back a connection the database dropped)."""
-    code = error.args[0] if error.args else None
-    if isinstance(code, int):
+    code = _mysql_code(error)
+    if code is not None:
         return code in _TRANSIENT_MYSQL_ERRORS
     if isinstance(error, sqlite3.OperationalError):
         text = str(error).lower()
@@ -164,9 +164,14 @@ def is_transient_driver_error(error: BaseException) -> bool:
 
 def is_deadlock(error: SQLAlchemyError) -> bool:
     """Whether ``error`` is MariaDB's deadlock (1213): it rolled the whole transaction back."""
-    original = getattr(error, "orig", None)
-    arguments: tuple[object, ...] = tuple(getattr(original, "args", ()))
-    return len(arguments) > 0 and arguments[0] == MYSQL_DEADLOCK
+    return _mysql_code(getattr(error, "orig", None)) == MYSQL_DEADLOCK
+
+
+def _mysql_code(error: BaseException | None) -> int | None:
+    """The MySQL/MariaDB error number a driver error carries first (pymysql's form), if any."""
+    arguments: tuple[object, ...] = tuple(getattr(error, "args", ()))
+    code = arguments[0] if arguments else None
+    return code if isinstance(code, int) else None
 
 
 def retrying_deadlocks(transaction: Callable[[], _T], *, attempts: int = DEADLOCK_ATTEMPTS) -> _T:

@@ -210,7 +210,7 @@ def stored_archives_of_job(connection: Connection, job_id: int) -> list[StoredAr
     return [StoredArchiveRecord(**row) for row in rows]
 
 
-@dataclass(frozen=True)
+@dataclass
 class RecordsOfJob:
     """A job's records, and whether its Spider job stored records that name no job yet."""
 
@@ -225,7 +225,7 @@ def records_of_jobs(
 ) -> dict[int, RecordsOfJob]:
     """``stored_archives_of_job`` of each ``(job id, Spider job id)``, and whether its Spider job
     left records unattributed, in one query per ``_BATCH`` jobs. Raises the driver's errors."""
-    found: dict[int, RecordsOfJob] = {job_id: RecordsOfJob([], False) for job_id, _ in jobs}
+    found = {job_id: RecordsOfJob([], unattributed=False) for job_id, _ in jobs}
     for start in range(0, len(jobs), _BATCH):
         batch = jobs[start : start + _BATCH]
         by_spider_job: dict[int, list[int]] = {}
@@ -239,7 +239,7 @@ def records_of_jobs(
                 found[record.job_id].records.append(record)
                 continue
             for job_id in by_spider_job.get(record.spider_job_id, ()):
-                found[job_id] = replace(found[job_id], unattributed=True)
+                found[job_id].unattributed = True
     return found
 
 

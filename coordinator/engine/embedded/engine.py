@@ -108,7 +108,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from enum import Enum
 from types import TracebackType
 from typing import Any, Self
@@ -965,7 +965,13 @@ class EmbeddedSpider:
         memory. ``retry``: wait out an outage (report paths), else raise its error (callers' paths).
         Raises ``_JobLost`` when the guard fails (unless an earlier attempt of this write applied:
         ``_written_before``), ``_Stopping`` when closed while waiting."""
-        parameters = _state_change(self.token, job, state, utc_now())
+        parameters: dict[str, object] = {
+            "w_id": job.id,
+            "w_owner": self.token,
+            "w_state": STATE_NAMES[job.state],
+            "state": STATE_NAMES[state],
+            "updated_at": utc_now(),
+        }
         if outputs is not None:
             parameters["outputs"] = encode_job_outputs(outputs)
         if error is not None:
@@ -1471,17 +1477,6 @@ def _start_all(connection: Connection, owner: str, job_ids: list[int]) -> set[in
         return set(job_ids)
     rows = connection.execute(_STARTED_AT, {"w_ids": job_ids, "w_owner": owner, "w_at": now})
     return {int(row.id) for row in rows}
-
-
-def _state_change(owner: str, job: _Job, state: JobState, now: datetime) -> dict[str, object]:
-    """``_SET_STATE``'s parameters moving ``job`` from the state memory knows to ``state``."""
-    return {
-        "w_id": job.id,
-        "w_owner": owner,
-        "w_state": STATE_NAMES[job.state],
-        "state": STATE_NAMES[state],
-        "updated_at": now,
-    }
 
 
 def _runnable(job: _Job, task: _Task) -> bool:
