@@ -9,12 +9,14 @@ started alone, so a job's own fault counts against that job only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from coordinator.config.loader import CoordinatorConfig
 from coordinator.lifecycle import JobStatus
-from coordinator.runtime import open_runtime
+from coordinator.runtime import Runtime, open_runtime
+from coordinator.service.coordinator import Coordinator
 from coordinator.service.ingest import submit_job
 from coordinator.spider.port import (
     JobState,
@@ -27,7 +29,6 @@ from coordinator.store.jobs import job_state
 from tests.service_support import (
     SpiderProxy,
     coordinator_with,
-    engine_jobs,
     job_row,
     put_logs,
     run_until_idle,
@@ -69,53 +70,55 @@ class _StartsTogether(SpiderProxy):
         return super().start_job(job_id)
 
 
+@contextmanager
+def _after_one_tick(
+    config: CoordinatorConfig, tmp_path: Path, jobs: int, **broken: int
+) -> Iterator[tuple[Runtime, list[int], _StartsTogether, Coordinator]]:
+    """``jobs`` jobs submitted and one tick run over ``_StartsTogether``; after the block, every
+    job must end Succeeded."""
+    put_logs(config, tmp_path, ["svc0"])
+    with open_runtime(config, lease_secs=5) as rt:
+        job_ids = [submit_job(config, rt.engine, timestamp_key="timestamp") for _ in range(jobs)]
+        spider = _StartsTogether(rt.spider, **broken)
+        coordinator = coordinator_with(rt, spider=spider)
+        coordinator.tick()
+        yield rt, job_ids, spider, coordinator
+        run_until_idle(coordinator)
+        assert [job_state(job_row(rt, job_id)) for job_id in job_ids] == [
+            JobStatus.SUCCEEDED
+        ] * jobs
+
+
 def test_the_recorded_submissions_of_a_tick_are_started_in_one_call(
     config: CoordinatorConfig, tmp_path: Path
 ) -> None:
-    put_logs(config, tmp_path, ["svc0"])
-    with open_runtime(config, lease_secs=5) as rt:
-        jobs = [submit_job(config, rt.engine, timestamp_key="timestamp") for _ in range(3)]
-        spider = _StartsTogether(rt.spider)
-        coordinator = coordinator_with(rt, spider=spider)
-        coordinator.tick()
+    with _after_one_tick(config, tmp_path, 3) as (rt, jobs, spider, _):
         spider_ids = [job_row(rt, job_id).spider_id for job_id in jobs]
         assert spider.registrations == [3]
         assert spider.batches == [spider_ids]  # in claim order, after the moves were recorded
         assert spider_ids == sorted(spider_ids)  # Spider ids follow the claims
         assert spider.started_alone == []
-        run_until_idle(coordinator)
-        assert [job_state(job_row(rt, job_id)) for job_id in jobs] == [JobStatus.SUCCEEDED] * 3
 
 
 def test_when_starting_together_fails_each_job_is_started_alone(
     config: CoordinatorConfig, tmp_path: Path
 ) -> None:
-    put_logs(config, tmp_path, ["svc0"])
-    with open_runtime(config, lease_secs=5) as rt:
-        jobs = [submit_job(config, rt.engine, timestamp_key="timestamp") for _ in range(2)]
-        spider = _StartsTogether(rt.spider, broken=1)
-        coordinator = coordinator_with(rt, spider=spider)
-        coordinator.tick()
+    with _after_one_tick(config, tmp_path, 2, broken=1) as (rt, jobs, spider, coordinator):
         spider_ids = [job_row(rt, job_id).spider_id for job_id in jobs]
         assert spider.batches == [spider_ids]
         assert spider.started_alone == spider_ids
         assert [coordinator.driven[job_id].failed_attempts for job_id in jobs] == [0, 0]
-        run_until_idle(coordinator)
-        assert [job_state(job_row(rt, job_id)) for job_id in jobs] == [JobStatus.SUCCEEDED] * 2
 
 
 def test_when_registering_together_fails_each_job_is_registered_alone(
     config: CoordinatorConfig, tmp_path: Path
 ) -> None:
-    put_logs(config, tmp_path, ["svc0"])
-    with open_runtime(config, lease_secs=5) as rt:
-        jobs = [submit_job(config, rt.engine, timestamp_key="timestamp") for _ in range(2)]
-        spider = _StartsTogether(rt.spider, broken_registrations=1)
-        coordinator = coordinator_with(rt, spider=spider)
-        coordinator.tick()
+    with _after_one_tick(config, tmp_path, 2, broken_registrations=1) as (
+        rt,
+        jobs,
+        spider,
+        coordinator,
+    ):
         assert spider.registrations == [2, 1, 1]
         assert [coordinator.driven[job_id].failed_attempts for job_id in jobs] == [0, 0]
         assert [job_state(job_row(rt, job_id)) for job_id in jobs] == [JobStatus.RUNNING] * 2
-        run_until_idle(coordinator)
-        assert [job_state(job_row(rt, job_id)) for job_id in jobs] == [JobStatus.SUCCEEDED] * 2
-        assert engine_jobs(rt.engine) == 2  # nothing registered twice
