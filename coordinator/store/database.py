@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,10 +14,11 @@ from sqlalchemy.exc import (
     DBAPIError,
     DisconnectionError,
     InterfaceError,
+    InvalidatePoolError,
     SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
 from coordinator.errors import CoordinatorError
 
@@ -24,6 +26,12 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 MYSQL_DEADLOCK = 1213
 DEADLOCK_ATTEMPTS = 3
 """How often ``retrying_deadlocks`` runs a transaction that MariaDB chose as a deadlock's victim."""
+PING_AFTER_IDLE_SECS = 1.0
+"""A pooled MariaDB connection unused this long is pinged before it is used again."""
+
+_SERVER_STATUS_IN_TRANS = 0x0001
+"""MySQL's ``SERVER_STATUS_IN_TRANS`` flag, which pymysql keeps in ``server_status``."""
+_CHECKED_IN_AT = "coordinator_checked_in_at"
 
 _T = TypeVar("_T")
 
@@ -73,7 +81,8 @@ def create_database_engine(url: str, *, pool_size: int = 10) -> Engine:
     * MySQL/MariaDB: ``READ COMMITTED`` (as log-ingestor uses; fewer gap locks for ``SKIP LOCKED``
       claims), ``utf8mb4``, and a liveness check before a pooled connection is reused. The
       ``mysql+pymysql`` dialect reports matched rows (``CLIENT.FOUND_ROWS``), which the row-count
-      checks rely on.
+      checks rely on. A pooled connection is checked before reuse and left without a transaction
+      on return, each at no round trip when it is not needed (``_pool_round_trips_when_needed``).
 
     Fails with SQLAlchemy's ``ArgumentError`` for a URL it cannot parse; no connection is made here.
     """
@@ -87,13 +96,15 @@ def create_database_engine(url: str, *, pool_size: int = 10) -> Engine:
         return engine
     if parsed.get_backend_name() in ("mysql", "mariadb") and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
-    return create_engine(
+    engine = create_engine(
         parsed,
         pool_size=pool_size,
-        pool_pre_ping=True,
         pool_recycle=3600,
+        pool_reset_on_return=None,
         isolation_level="READ COMMITTED",
     )
+    _pool_round_trips_when_needed(engine)
+    return engine
 
 
 def _begin_immediately(engine: Engine) -> None:
@@ -110,6 +121,47 @@ def _begin_immediately(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _pool_round_trips_when_needed(engine: Engine) -> None:
+    """SQLAlchemy's pool, as configured by default, spends two round trips per checkout: a ping
+    before (``pool_pre_ping``) and a ``ROLLBACK`` on return, even after a ``COMMIT``. With several
+    short transactions per job, they were about a third of all round trips (issue 14). Instead:
+
+    * a connection is pinged only when it has been idle ``PING_AFTER_IDLE_SECS`` or more (a server
+      restart or ``wait_timeout`` then shows on checkout, not in a statement); a failed ping
+      replaces it, and every pooled connection older than it when the server dropped it. One that
+      dies within the second fails its statement as an outage, as one dying mid-transaction does.
+    * a returned connection is rolled back when it may hold a transaction. SQLAlchemy already
+      rolled back a transaction left open on its ``Connection`` (``transaction_was_reset``); after
+      an explicit commit or rollback, pymysql's ``server_status`` (from that statement's OK packet)
+      says whether a transaction is still open. A driver without it is always rolled back.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_: Any, record: ConnectionPoolEntry) -> None:
+        record.info[_CHECKED_IN_AT] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: ConnectionPoolEntry, _: Any) -> None:
+        checked_in_at = record.info.get(_CHECKED_IN_AT)
+        if checked_in_at is None or time.monotonic() - checked_in_at < PING_AFTER_IDLE_SECS:
+            return  # new, or used within the second
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as error:
+            if engine.dialect.is_disconnect(error, dbapi_connection, None):
+                raise InvalidatePoolError(f"pooled connection gone: {error}") from error
+            raise DisconnectionError(f"pooled connection unusable: {error}") from error
+
+    @event.listens_for(engine, "reset")
+    def _on_reset(dbapi_connection: Any, _: ConnectionPoolEntry, state: PoolResetState) -> None:
+        if state.transaction_was_reset:
+            return
+        server_status = getattr(dbapi_connection, "server_status", None)
+        if isinstance(server_status, int) and not server_status & _SERVER_STATUS_IN_TRANS:
+            return
+        dbapi_connection.rollback()
 
 
 def is_mysql(engine: Engine) -> bool:

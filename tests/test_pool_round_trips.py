@@ -1,0 +1,137 @@
+"""MariaDB's pooled connections: no round trip the pool does not need, and no transaction or dead
+connection handed on (``coordinator.store.database._pool_round_trips_when_needed``, issue 14).
+
+Each check reads the server's own per-session counters on the pooled connection itself:
+``Com_rollback`` counts ``ROLLBACK`` statements, ``Com_admin_commands`` counts pings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
+
+from coordinator.store import database
+from coordinator.store.database import create_database_engine, is_transient
+
+pytestmark = pytest.mark.mariadb
+
+
+@pytest.fixture
+def pooled(mariadb_url: str) -> Iterator[Engine]:
+    """An engine whose pool holds one connection, so each checkout reuses it."""
+    engine = create_database_engine(mariadb_url, pool_size=1)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE probe (id INT PRIMARY KEY) ENGINE=InnoDB"))
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _counter(connection: Connection, name: str) -> int:
+    row = connection.execute(text("SHOW SESSION STATUS LIKE :name"), {"name": name}).one()
+    return int(row[1])
+
+
+def _session(connection: Connection) -> int:
+    return int(connection.execute(text("SELECT CONNECTION_ID()")).scalar_one())
+
+
+def test_a_committed_connection_goes_back_to_the_pool_without_a_rollback(pooled: Engine) -> None:
+    with pooled.begin() as connection:
+        session = _session(connection)
+        connection.execute(text("INSERT INTO probe VALUES (1)"))
+        rollbacks = _counter(connection, "Com_rollback")
+    with pooled.begin() as connection:
+        assert _session(connection) == session
+        assert _counter(connection, "Com_rollback") == rollbacks
+
+
+def test_a_transaction_left_open_on_a_connection_is_rolled_back(pooled: Engine) -> None:
+    with pooled.connect() as connection:
+        connection.execute(text("INSERT INTO probe VALUES (2)"))
+    # Without a commit, SQLAlchemy rolled it back on close: the row is not there.
+    with pooled.connect() as connection:
+        assert connection.execute(text("SELECT COUNT(*) FROM probe")).scalar_one() == 0
+
+
+def test_a_transaction_left_open_under_sqlalchemy_is_rolled_back_by_the_pool(
+    pooled: Engine, mariadb_url: str
+) -> None:
+    raw = pooled.raw_connection()  # a DBAPI user SQLAlchemy's Connection knows nothing of
+    cursor = raw.cursor()
+    cursor.execute("INSERT INTO probe VALUES (3)")
+    cursor.close()
+    raw.close()  # back to the pool inside the transaction: the pool's reset must roll it back
+    other = create_database_engine(mariadb_url)
+    try:
+        with other.begin() as connection:
+            # The row lock is free and the row absent: NOWAIT fails at once otherwise.
+            locked = connection.execute(
+                text("SELECT id FROM probe WHERE id = 3 FOR UPDATE NOWAIT")
+            ).all()
+            assert locked == []
+    finally:
+        other.dispose()
+
+
+def test_a_connection_in_use_is_not_pinged(pooled: Engine) -> None:
+    with pooled.connect() as connection:
+        session = _session(connection)
+        pings = _counter(connection, "Com_admin_commands")
+    with pooled.connect() as connection:
+        assert _session(connection) == session
+        assert _counter(connection, "Com_admin_commands") == pings
+
+
+def test_an_idle_connection_is_pinged_before_reuse(
+    pooled: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pooled.connect() as connection:
+        session = _session(connection)
+        pings = _counter(connection, "Com_admin_commands")
+    monkeypatch.setattr(database, "PING_AFTER_IDLE_SECS", 0.0)
+    with pooled.connect() as connection:
+        assert _session(connection) == session
+        assert _counter(connection, "Com_admin_commands") == pings + 1
+
+
+def _kill_pooled_session(pooled: Engine, mariadb_url: str) -> int:
+    with pooled.connect() as connection:
+        session = _session(connection)
+    killer = create_database_engine(mariadb_url)
+    try:
+        with killer.begin() as connection:
+            connection.execute(text(f"KILL CONNECTION {session}"))
+    finally:
+        killer.dispose()
+    return session
+
+
+def test_an_idle_connection_the_server_dropped_is_replaced_on_checkout(
+    pooled: Engine, mariadb_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    killed = _kill_pooled_session(pooled, mariadb_url)
+    monkeypatch.setattr(database, "PING_AFTER_IDLE_SECS", 0.0)
+    with pooled.begin() as connection:
+        assert _session(connection) != killed
+        connection.execute(text("INSERT INTO probe VALUES (4)"))
+
+
+def test_a_connection_dropped_within_the_idle_time_fails_as_an_outage(
+    pooled: Engine, mariadb_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trade for not pinging busy connections: the statement fails as an outage (which every
+    caller already retries, as it must for a server dying mid-transaction), and the pool replaces
+    the connection for the next checkout."""
+    monkeypatch.setattr(database, "PING_AFTER_IDLE_SECS", 3600.0)
+    killed = _kill_pooled_session(pooled, mariadb_url)
+    with pytest.raises(OperationalError) as failure, pooled.begin() as connection:
+        connection.execute(text("INSERT INTO probe VALUES (5)"))
+    assert is_transient(failure.value)
+    with pooled.begin() as connection:
+        assert _session(connection) != killed
+        connection.execute(text("INSERT INTO probe VALUES (5)"))
