@@ -28,7 +28,7 @@ from coordinator.store.guarded import (
 from coordinator.store.jobs import JobRow, JobStore, TransitionRow, job_state
 from coordinator.store.schema import compression_jobs, datasets, job_transitions
 from tests.paths import SPIDER_ID, new_job_in, request
-from tests.sql_capture import statements_sent
+from tests.sql_capture import one_line, statements_sent
 
 START = datetime(2026, 11, 30, 12, 0, 0, 123000)
 
@@ -205,6 +205,35 @@ def test_a_fenced_write_needs_the_current_lease_epoch(
     current = store.transition(request(job_id, *submit, fence=3))
     assert isinstance(current, Applied)
     assert store.history(job_id)[-1].lease_epoch == 3
+
+
+@pytest.mark.parametrize("fenced", [False, True], ids=["unfenced", "fenced"])
+@pytest.mark.parametrize("edge", EDGES, ids=_edge_id)
+def test_a_move_reads_its_row_at_most_once_and_records_the_epoch_it_was_made_under(
+    store: JobStore, migrated_engine: Engine, edge: Edge, fenced: bool
+) -> None:
+    """One locking read ahead of the compare-and-set, for the start time (duration) and the
+    epoch (an unfenced move's history row), and none for a fenced move recording no duration."""
+    job_id = _new_job_for(store, edge)
+    with migrated_engine.begin() as connection:
+        connection.execute(
+            update(compression_jobs).where(compression_jobs.c.id == job_id).values(lease_epoch=7)
+        )
+    actor = sorted(edge.actors)[0]
+    with statements_sent(migrated_engine) as sent:
+        result = store.transition(
+            request(
+                job_id, edge.trigger, edge.source, edge.dest, actor, fence=7 if fenced else None
+            )
+        )
+    assert isinstance(result, Applied)
+    reads = [
+        one_line(s) for s in sent if one_line(s).startswith("select compression_jobs.")
+    ]  # (a status_msg's first move also reads its column's character set, once per engine)
+    assert len(reads) == (0 if fenced and Record.DURATION not in edge.records else 1)
+    if reads and migrated_engine.dialect.name != "sqlite":
+        assert reads[0].endswith("for update")
+    assert store.history(job_id)[-1].lease_epoch == 7
 
 
 def test_an_unknown_job_is_not_found(store: JobStore) -> None:

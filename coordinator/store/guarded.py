@@ -170,9 +170,11 @@ def apply_transition(
     as they come (the caller's transaction is then to be rolled back).
     """
     edge = validate_request(request)
-    values = _recorded_values(connection, edge, request, now, fit_message)
-    if values is None:
+    read = _read_ahead(connection, edge, request)
+    if read is None:
         return NotFound(request.job_id)
+    start_time, lease_epoch = read
+    values = _recorded_values(edge, request, now, fit_message, start_time)
     values["v_status"] = stored_status(edge.dest, committed_storage)
     values["w_id"] = request.job_id
     if RowGuard.SPIDER_ID_MATCHES in edge.guards:
@@ -197,7 +199,7 @@ def apply_transition(
             "actor_id": request.actor_id,
             "reason": request.reason,
             "spider_id": request.spider_id,
-            "lease_epoch": _lease_epoch(connection, request),
+            "lease_epoch": lease_epoch,
             "at": now,
         },
     ).inserted_primary_key
@@ -243,15 +245,35 @@ def _check_request(edge: Edge, request: TransitionRequest) -> None:
             require(size is not None and size >= 0, "needs non-negative archive sizes")
 
 
+def _read_ahead(
+    connection: Connection, edge: Edge, request: TransitionRequest
+) -> tuple[datetime | None, int | None] | None:
+    """What the move needs from the row before its compare-and-set, in at most one read: its
+    ``start_time`` (for an edge that records the duration) and its ``lease_epoch`` (for the
+    history row of an unfenced move; a fenced one records its fence). ``None`` when the job does
+    not exist.
+
+    The read locks the row (``FOR UPDATE``; on SQLite the transaction holds the write lock), so
+    the epoch read is the one the move is made under, as the compare-and-set would lock it next.
+    ``start_time`` is written once, by 'submitted', so it cannot change meanwhile either.
+    """
+    if request.fence is not None and Record.DURATION not in edge.records:
+        return None, request.fence
+    row = connection.execute(_READ_AHEAD, {"w_id": request.job_id}).one_or_none()
+    if row is None:
+        return None
+    return row.start_time, request.fence if request.fence is not None else row.lease_epoch
+
+
 def _recorded_values(
-    connection: Connection,
     edge: Edge,
     request: TransitionRequest,
     now: datetime,
     fit_message: Callable[[str], str],
-) -> dict[str, object] | None:
+    start_time: datetime | None,
+) -> dict[str, object]:
     """The parameters of the edge's ``_guarded_update`` besides the status and the guards'
-    (``v_<column>``); ``None`` when the job does not exist."""
+    (``v_<column>``)."""
     values: dict[str, object] = {"v_update_time": now}
     if Record.SUBMISSION in edge.records:
         values.update(
@@ -268,12 +290,7 @@ def _recorded_values(
     if Record.STATUS_MSG in edge.records:
         values["v_status_msg"] = fit_message(request.reason)
     if Record.DURATION in edge.records:
-        # start_time is written once, by 'submitted', so reading it ahead of the compare-and-set is
-        # safe; computing here keeps the arithmetic identical on SQLite and MariaDB.
-        row = connection.execute(_START_TIME, {"w_id": request.job_id}).one_or_none()
-        if row is None:
-            return None
-        start_time = row.start_time
+        # Computed here, not in SQL, so that the arithmetic is identical on SQLite and MariaDB.
         values["v_duration"] = (now - start_time).total_seconds() if start_time else None
     if edge.dest is JobStatus.COMMITTED:
         values["v_committed_at"] = now
@@ -330,11 +347,14 @@ def _guarded_update(edge: Edge, fenced: bool, unless_cancel_requested: bool) -> 
 _HISTORY_INSERT: Insert = insert(_history)
 """The history row, every column given as a parameter."""
 
-_START_TIME = select(_jobs.c.start_time).where(_jobs.c.id == bindparam("w_id"))
+_READ_AHEAD = (
+    select(_jobs.c.start_time, _jobs.c.lease_epoch)
+    .where(_jobs.c.id == bindparam("w_id"))
+    .with_for_update()
+)
 _ROW_NOW = select(
     _jobs.c.status, _jobs.c.spider_id, _jobs.c.lease_epoch, _jobs.c.committed_at
 ).where(_jobs.c.id == bindparam("w_id"))
-_LEASE_EPOCH = select(_jobs.c.lease_epoch).where(_jobs.c.id == bindparam("w_id"))
 
 
 def in_state(state: JobStatus) -> list[ColumnElement[bool]]:
@@ -364,10 +384,3 @@ def _explain_no_match(connection: Connection, request: TransitionRequest) -> Los
         row.lease_epoch,
         row.committed_at,
     )
-
-
-def _lease_epoch(connection: Connection, request: TransitionRequest) -> int:
-    if request.fence is not None:
-        return request.fence
-    # The UPDATE above holds the row lock, so this is the epoch the move was made under.
-    return int(connection.execute(_LEASE_EPOCH, {"w_id": request.job_id}).scalar_one())
