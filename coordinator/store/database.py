@@ -79,10 +79,10 @@ def create_database_engine(url: str, *, pool_size: int = 10) -> Engine:
       another writer, the stand-in for ``SELECT … FOR UPDATE``), WAL journal, foreign keys on, and a
       busy timeout instead of an immediate "database is locked".
     * MySQL/MariaDB: ``READ COMMITTED`` (as log-ingestor uses; fewer gap locks for ``SKIP LOCKED``
-      claims), ``utf8mb4``, and a liveness check before a pooled connection is reused. The
-      ``mysql+pymysql`` dialect reports matched rows (``CLIENT.FOUND_ROWS``), which the row-count
-      checks rely on. A pooled connection is checked before reuse and left without a transaction
-      on return, each at no round trip when it is not needed (``_pool_round_trips_when_needed``).
+      claims), ``utf8mb4``, a liveness check before a pooled connection idle for a second or more
+      is reused, and a rollback of a returned one that may hold a transaction
+      (``_pool_round_trips_when_needed``). The ``mysql+pymysql`` dialect reports matched rows
+      (``CLIENT.FOUND_ROWS``), which the row-count checks rely on.
 
     Fails with SQLAlchemy's ``ArgumentError`` for a URL it cannot parse; no connection is made here.
     """
