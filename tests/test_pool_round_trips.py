@@ -8,6 +8,7 @@ Each check reads the server's own per-session counters on the pooled connection 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import Connection, Engine, text
@@ -27,6 +28,17 @@ def pooled(mariadb_url: str) -> Iterator[Engine]:
         connection.execute(text("CREATE TABLE probe (id INT PRIMARY KEY) ENGINE=InnoDB"))
     try:
         yield engine
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _another_connection(mariadb_url: str) -> Iterator[Connection]:
+    """A transaction on an engine of its own, outside the pool under test."""
+    engine = create_database_engine(mariadb_url)
+    try:
+        with engine.begin() as connection:
+            yield connection
     finally:
         engine.dispose()
 
@@ -66,16 +78,10 @@ def test_a_transaction_left_open_under_sqlalchemy_is_rolled_back_by_the_pool(
     cursor.execute("INSERT INTO probe VALUES (3)")
     cursor.close()
     raw.close()  # back to the pool inside the transaction: the pool's reset must roll it back
-    other = create_database_engine(mariadb_url)
-    try:
-        with other.begin() as connection:
-            # The row lock is free and the row absent: NOWAIT fails at once otherwise.
-            locked = connection.execute(
-                text("SELECT id FROM probe WHERE id = 3 FOR UPDATE NOWAIT")
-            ).all()
-            assert locked == []
-    finally:
-        other.dispose()
+    with _another_connection(mariadb_url) as connection:
+        # The row lock is free and the row absent: NOWAIT fails at once otherwise.
+        locked = connection.execute(text("SELECT id FROM probe WHERE id = 3 FOR UPDATE NOWAIT"))
+        assert locked.all() == []
 
 
 def test_a_connection_in_use_is_not_pinged(pooled: Engine) -> None:
@@ -102,12 +108,8 @@ def test_an_idle_connection_is_pinged_before_reuse(
 def _kill_pooled_session(pooled: Engine, mariadb_url: str) -> int:
     with pooled.connect() as connection:
         session = _session(connection)
-    killer = create_database_engine(mariadb_url)
-    try:
-        with killer.begin() as connection:
-            connection.execute(text(f"KILL CONNECTION {session}"))
-    finally:
-        killer.dispose()
+    with _another_connection(mariadb_url) as connection:
+        connection.execute(text(f"KILL CONNECTION {session}"))
     return session
 
 

@@ -247,7 +247,7 @@ def _check_request(edge: Edge, request: TransitionRequest) -> None:
 
 def _read_ahead(
     connection: Connection, edge: Edge, request: TransitionRequest
-) -> tuple[datetime | None, int | None] | None:
+) -> tuple[datetime | None, int] | None:
     """What the move needs from the row before its compare-and-set, in at most one read: its
     ``start_time`` (for an edge that records the duration) and its ``lease_epoch`` (for the
     history row of an unfenced move; a fenced one records its fence). ``None`` when the job does
@@ -262,7 +262,7 @@ def _read_ahead(
     row = connection.execute(_READ_AHEAD, {"w_id": request.job_id}).one_or_none()
     if row is None:
         return None
-    return row.start_time, request.fence if request.fence is not None else row.lease_epoch
+    return row.start_time, request.fence if request.fence is not None else int(row.lease_epoch)
 
 
 def _recorded_values(
