@@ -56,6 +56,7 @@ from coordinator.lifecycle import JobStatus
 from coordinator.service.coordinator import Coordinator, default_instance_id
 from coordinator.spider.measured import MeasuredSpider
 from coordinator.spider.port import SpiderPort
+from coordinator.store.database import reading
 from coordinator.store.instances import COORDINATOR, InstanceInUse, Presence
 from coordinator.store.jobs import JobStore
 from coordinator.store.opening import open_engine
@@ -149,7 +150,7 @@ def foreign_jobs_problem(engine: Engine, store: Path) -> str | None:
     """
     leaves = leaves_jobs_not_naming(store)
     foreign: list[int] = []
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         rows = connection.execute(
             select(_jobs.c.id, _jobs.c.clp_config)
             .where(_jobs.c.status == int(JobStatus.PENDING))

@@ -22,6 +22,7 @@ from coordinator.config.loader import CoordinatorConfig
 from coordinator.lifecycle import describe_status
 from coordinator.runtime import Runtime, open_runtime
 from coordinator.service.ingest import DEFAULT_BUCKET, put_files, submit_job
+from coordinator.store.database import reading
 from coordinator.store.jobs import job_state
 from coordinator.store.stored_archives import tasks_with_stored_archives
 
@@ -69,7 +70,7 @@ def _follow(runtime: Runtime, job_id: int, worker: threading.Thread) -> None:
         job = runtime.store.get(job_id)
         assert job is not None
         if job.spider_id is not None and job.num_tasks:
-            with runtime.engine.connect() as connection:
+            with reading(runtime.engine) as connection:
                 done = tasks_with_stored_archives(connection, job.id)
             if done != tasks_done:
                 tasks_done = done

@@ -44,6 +44,7 @@ from coordinator.cli.job_filters import (
 from coordinator.lifecycle import JobStatus, describe_status, describe_stored
 from coordinator.service.prepare import known_dataset_of
 from coordinator.store.archives import published_archives_of_job
+from coordinator.store.database import reading
 from coordinator.store.datasets import archives_table
 from coordinator.store.guarded import in_state
 from coordinator.store.jobs import JobStore, NoSuchJob
@@ -126,7 +127,7 @@ def list_jobs(
     ).order_by(_jobs.c.id.desc())
     documents: list[dict[str, Any]] = []
     before: int | None = None
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         while limit is None or len(documents) < limit:
             page = query.where(*conditions)
             if before is not None:
@@ -306,7 +307,7 @@ def _archive_line(archive: dict[str, Any]) -> str:
 
 def _published_archives(engine: Engine, job_id: int, spider_id: int | None) -> list[dict[str, Any]]:
     rows: list[Row[Any]] = []
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         locations = {r.archive_id: r.location for r in stored_archives_of_job(connection, job_id)}
         for dataset, ids in published_archives_of_job(connection, job_id, spider_id).items():
             table = archives_table(dataset)

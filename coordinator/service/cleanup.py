@@ -66,6 +66,7 @@ from coordinator.lifecycle import (
     state_of,
 )
 from coordinator.store.archives import withdraw_archives
+from coordinator.store.database import reading
 from coordinator.store.datasets import archives_table
 from coordinator.store.evidence import PublicationEvidence, read_publication
 from coordinator.store.names import InvalidDatasetName
@@ -390,7 +391,7 @@ def _published(engine: Engine, locations: Iterable[str]) -> set[str]:
         path = PurePosixPath(location)
         by_dataset.setdefault(path.parent.name, {})[path.name] = location
     published: set[str] = set()
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         for dataset, ids in by_dataset.items():
             try:
                 table = archives_table(dataset)

@@ -39,7 +39,7 @@ from coordinator.service.coordinator import Coordinator
 from coordinator.service.resource_group import ResourceGroup
 from coordinator.spider.port import SpiderError, SpiderPort, Unauthenticated, Unavailable
 from coordinator.store import migrate
-from coordinator.store.database import create_database_engine, sqlite_file
+from coordinator.store.database import create_database_engine, reading, sqlite_file
 from coordinator.store.outage import describe_error
 from coordinator.store.schema import engine_resource_groups as _engine_groups
 
@@ -137,7 +137,7 @@ def check_database(engine: Engine) -> HealthCheck:
     """Whether the database answers a ``SELECT 1``."""
     where = describe_database(engine)
     try:
-        with engine.connect() as connection:
+        with reading(engine) as connection:
             connection.execute(text("SELECT 1"))
     except SQLAlchemyError as error:
         return HealthCheck("database", False, f"{where} does not answer: {describe_error(error)}")
@@ -205,7 +205,7 @@ def check_resource_group(engine: Engine, probe: SpiderPort | None, name: str) ->
 
 
 def _embedded_resource_group(engine: Engine, name: str) -> HealthCheck:
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         group_id = connection.execute(
             select(_engine_groups.c.id).where(_engine_groups.c.external_id == name)
         ).scalar_one_or_none()

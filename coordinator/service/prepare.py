@@ -29,6 +29,7 @@ from coordinator.partition import (
 from coordinator.serde import WireFormatError
 from coordinator.spider.policy import InvalidExecutionPolicy, commit_task_policy
 from coordinator.spider.task_graph import JobSubmission, build_compression_job
+from coordinator.store.database import reading
 from coordinator.store.datasets import registered_in_any_case
 from coordinator.store.ingestion import fetch_objects
 from coordinator.store.names import InvalidDatasetName, resolve_dataset_name
@@ -131,7 +132,7 @@ def prepare(
         fetchable = [object_id for object_id in ids if object_id <= largest_id]
         if job_input.ingestion_job_id > largest_id:
             fetchable = []
-        with engine.connect() as connection:
+        with reading(engine) as connection:
             registered = _registered_in_other_case(connection, dataset, registered_as_named)
             rows = fetch_objects(connection, fetchable, job_input.ingestion_job_id)
         objects = objects_in_id_order(

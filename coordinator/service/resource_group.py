@@ -43,6 +43,7 @@ from sqlalchemy.exc import IntegrityError
 
 from coordinator.errors import CoordinatorError
 from coordinator.spider.port import ResourceGroupExists, SpiderPort, Unauthenticated
+from coordinator.store.database import reading
 from coordinator.store.schema import spider_resource_groups as _groups
 
 RESOURCE_GROUP_PROBE_LIMIT = 1024
@@ -167,7 +168,7 @@ class ResourceGroup:
     def stored_id(self) -> int | None:
         """The id ``spider_resource_groups`` records for the name (a Spider cluster's), or
         ``None``; only reads. Raises the driver's errors."""
-        with self.engine.connect() as connection:
+        with reading(self.engine) as connection:
             value = connection.execute(
                 select(_groups.c.rg_id).where(_groups.c.rg_name == self.name)
             ).scalar_one_or_none()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     DBAPIError,
@@ -32,6 +33,7 @@ PING_AFTER_IDLE_SECS = 1.0
 _SERVER_STATUS_IN_TRANS = 0x0001
 """MySQL's ``SERVER_STATUS_IN_TRANS`` flag, which pymysql keeps in ``server_status``."""
 _CHECKED_IN_AT = "coordinator_checked_in_at"
+_READ_ONLY = "coordinator_read_only"
 
 _T = TypeVar("_T")
 
@@ -76,8 +78,8 @@ def create_database_engine(url: str, *, pool_size: int = 10) -> Engine:
     """An engine for ``url`` set up so that guarded transitions behave alike on both backends.
 
     * SQLite: every transaction starts with ``BEGIN IMMEDIATE`` (a read in it cannot be overtaken by
-      another writer, the stand-in for ``SELECT … FOR UPDATE``), WAL journal, foreign keys on, and a
-      busy timeout instead of an immediate "database is locked".
+      another writer, the stand-in for ``SELECT … FOR UPDATE``), except a ``reading`` block's, WAL
+      journal, foreign keys on, and a busy timeout instead of an immediate "database is locked".
     * MySQL/MariaDB: ``READ COMMITTED`` (as log-ingestor uses; fewer gap locks for ``SKIP LOCKED``
       claims), ``utf8mb4``, a liveness check before a pooled connection idle for a second or more
       is reused, and a rollback of a returned one that may hold a transaction
@@ -119,8 +121,23 @@ def _begin_immediately(engine: Engine) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    def _on_begin(connection: Connection) -> None:
+        read_only = connection.get_execution_options().get(_READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[Connection]:
+    """A connection for reads only; its transaction is rolled back when the block ends.
+
+    On SQLite its transaction begins deferred (``BEGIN``), not ``BEGIN IMMEDIATE``: a WAL reader
+    takes no lock, so it neither waits for the writers of other processes (an executor's commit
+    and its fsync) nor makes them wait. Its reads see one snapshot, as on MariaDB. Nothing may be
+    written on it: on SQLite the write would have to take the lock a reader never waits for, and
+    could fail at once with "database is locked". Raises the driver's errors.
+    """
+    with engine.connect() as connection:
+        yield connection.execution_options(**{_READ_ONLY: True})
 
 
 def _pool_round_trips_when_needed(engine: Engine) -> None:

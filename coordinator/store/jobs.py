@@ -22,7 +22,7 @@ from coordinator.lifecycle import (
 )
 from coordinator.store import names
 from coordinator.store.clock import Clock, utc_now
-from coordinator.store.database import is_mysql, retrying_deadlocks
+from coordinator.store.database import is_mysql, reading, retrying_deadlocks
 from coordinator.store.guarded import (
     Applied,
     TransitionRequest,
@@ -179,7 +179,7 @@ class JobStore:
         # An adopted CLP table may use the server's default charset rather than utf8mb4.
         if not is_mysql(self.engine):
             return "utf8mb4"
-        with self.engine.connect() as connection:
+        with reading(self.engine) as connection:
             charset = connection.execute(
                 text(
                     "SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS "
@@ -201,7 +201,7 @@ class JobStore:
 
     def get(self, job_id: int) -> JobRow | None:
         """A snapshot of the job's row, or ``None``."""
-        with self.engine.connect() as connection:
+        with reading(self.engine) as connection:
             row = connection.execute(_ROW, {"job_id": job_id}).mappings().one_or_none()
         return None if row is None else JobRow(**row)
 
@@ -210,7 +210,7 @@ class JobStore:
 
         Raises ``ValueError`` for a status no one defines.
         """
-        with self.engine.connect() as connection:
+        with reading(self.engine) as connection:
             row = connection.execute(_STATE, {"job_id": job_id}).one_or_none()
         return None if row is None else state_of(row.status, row.committed_at)
 
@@ -221,7 +221,7 @@ class JobStore:
         """
         if not job_ids:
             return {}
-        with self.engine.connect() as connection:
+        with reading(self.engine) as connection:
             rows = connection.execute(_STATES, {"job_ids": list(job_ids)}).all()
         states: dict[int, JobStatus | None] = {}
         for row in rows:
@@ -233,7 +233,7 @@ class JobStore:
 
     def history(self, job_id: int) -> list[TransitionRow]:
         """The job's applied moves, oldest first."""
-        with self.engine.connect() as connection:
+        with reading(self.engine) as connection:
             rows = connection.execute(_HISTORY, {"job_id": job_id}).mappings().all()
         return [TransitionRow(**row) for row in rows]
 
@@ -249,7 +249,7 @@ def jobs_by_status(engine: Engine) -> dict[str, int]:
     committed = _jobs.c.committed_at.is_not(None).label("committed")
     query = select(_jobs.c.status, committed, func.count()).group_by(_jobs.c.status, committed)
     counts = {status.name.lower(): 0 for status in JobStatus}
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         for status, is_committed, count in connection.execute(query):
             try:
                 name = state_of(int(status), datetime.min if is_committed else None).name.lower()

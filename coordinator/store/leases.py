@@ -48,6 +48,7 @@ from sqlalchemy import (
 )
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus, state_of
+from coordinator.store.database import reading
 from coordinator.store.schema import compression_jobs as _jobs
 
 BATCH = 500
@@ -365,7 +366,7 @@ def cancel_requests(engine: Engine, job_ids: Collection[int]) -> set[int]:
     """Which of ``job_ids`` an operator asked to cancel."""
     if not job_ids:
         return set()
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         rows = connection.execute(_CANCEL_REQUESTED, {"w_ids": list(job_ids)})
         return {row.id for row in rows}
 
@@ -376,7 +377,7 @@ def still_pending(engine: Engine, job_ids: Collection[int]) -> set[int]:
         return set()
     pending: set[int] = set()
     ids = sorted(job_ids)
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         for start in range(0, len(ids), 1000):
             rows = connection.execute(_STILL_PENDING, {"w_ids": ids[start : start + 1000]})
             pending.update(row.id for row in rows)

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, inspect, text
 
 from coordinator.config.locations import SOURCE_CHECKOUT
 from coordinator.errors import CoordinatorError
+from coordinator.store.database import reading
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -127,7 +128,7 @@ def current_revision(engine: Engine) -> str | None:
     Read as alembic reads it (its version table, absent or empty: none); a table holding more
     than one revision (branches, which these migrations never have) is left to alembic, which
     refuses it."""
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         if not inspect(connection).has_table(VERSION_TABLE):
             return None
         rows = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()

@@ -38,6 +38,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, func, insert, or_, s
 from sqlalchemy.engine import Engine
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus
+from coordinator.store.database import reading
 from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.store.schema import stored_archives as _stored
 
@@ -186,7 +187,7 @@ def recorded_locations(engine: Engine) -> set[str]:
     locations: set[str] = set()
     last = 0
     while True:
-        with engine.connect() as connection:
+        with reading(engine) as connection:
             rows = connection.execute(
                 select(_stored.c.id, _stored.c.location)
                 .where(_stored.c.id > last)
