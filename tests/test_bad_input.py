@@ -36,7 +36,7 @@ from coordinator.config.locations import local_store_endpoint
 from coordinator.job_config import MAX_DECOMPRESSED_BYTES
 from coordinator.lifecycle import JobStatus
 from coordinator.runtime import Runtime, open_runtime
-from coordinator.service.coordinator import Coordinator
+from coordinator.service.coordinator import SUBMISSION_BATCH, Coordinator
 from coordinator.service.ingest import list_objects
 from coordinator.service.prepare import prepare
 from coordinator.spider.port import JobState
@@ -640,3 +640,35 @@ def test_a_lost_submitted_race_is_never_registered_again(
             "again; Spider does not know it.",
         )
         assert triggers(rt, job_id) == ["abandoned"]
+
+
+def test_bad_jobs_submitted_together_end_as_each_does_alone(
+    config: CoordinatorConfig, tmp_path: Path
+) -> None:
+    """A tick reads what its batch of jobs needs in one read (``Submitter.read_ahead``, issue 14):
+    every bad job of the batch still ends exactly as it does alone, the valid ones run."""
+    put_logs(config, tmp_path, ["svc0"])
+    with open_runtime(config, lease_secs=5) as rt:
+        valid, valid_ctx = _valid_job(config, rt.engine)
+        # The batch reads the valid job's object; a job naming it under its own ingestion job
+        # must still find it missing, as CLP's query filters on the ingestion job.
+        borrowed = valid_ctx.ids[0]
+        borrower = Case(
+            "object_of_another_ingestion_job_in_the_batch",
+            lambda ctx: _with_input(ctx, s3_object_metadata_ids=[borrowed]),
+            JobStatus.FAILED,
+            lambda ctx: (
+                f"{FAILED}missing S3 object metadata {borrowed} for ingestion job {ctx.ingestion}"
+            ),
+        )
+        cases = [borrower] + [case for case in CASES if case.status]  # borrower beside valid
+        bad = [(case, *_insert(config, rt.engine, case)) for case in cases]
+        valid_ids = [valid, _valid_job(config, rt.engine)[0]]
+        assert len(bad) + len(valid_ids) > SUBMISSION_BATCH  # read in more than one batch
+        rt.coordinator.run(until_idle=True)
+        run_until_idle(rt.coordinator, timeout=60)
+        for case, job_id, ctx in bad:
+            row = job_row(rt, job_id)
+            assert (job_state(row), row.status_msg) == (case.status, case.message(ctx)), case.name
+        states = [job_state(job_row(rt, job_id)) for job_id in valid_ids]
+        assert states == [JobStatus.SUCCEEDED] * 2

@@ -6,12 +6,14 @@ move still compares the row it names with that job's own values."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
 
 from coordinator.config.clp import CompressionCoordinator
+from coordinator.config.loader import CoordinatorConfig
 from coordinator.job_config import (
     DECODED_CACHE_BLOB_BYTES,
     ClpIoConfig,
@@ -22,6 +24,8 @@ from coordinator.job_config import (
     encode_clp_io_config,
 )
 from coordinator.lifecycle import Actor, JobStatus, Trigger, plan_transition
+from coordinator.runtime import open_runtime
+from coordinator.service.ingest import list_objects
 from coordinator.service.prepare import JobRejected, prepare
 from coordinator.spider import task_graph
 from coordinator.spider.task_graph import TaskGraph, decode_task_graph
@@ -31,7 +35,10 @@ from coordinator.store.guarded import Applied, LostRace, TransitionRequest
 from coordinator.store.ingestion import S3ScannerJob, ingest_and_submit
 from coordinator.store.jobs import JobStore
 from coordinator.task_io import DefaultAuthentication
-from tests.sql_capture import statements_sent
+from tests.service_support import BUCKET as SERVICE_BUCKET
+from tests.service_support import PREFIX as SERVICE_PREFIX
+from tests.service_support import compress_blob, put_logs, valid_named_config
+from tests.sql_capture import one_line, statements_sent
 
 BUCKET = "logs"
 PREFIX = "in/"
@@ -183,3 +190,36 @@ def test_moves_of_two_jobs_share_one_statement_and_each_keeps_its_own_values(
         third: (int(JobStatus.PENDING), None),
     }
     assert [(h.job_id, h.spider_id) for h in store.history(second)] == [(second, 72)]
+
+
+def _ingested(config: CoordinatorConfig, engine: Engine, dataset: str) -> bytes:
+    """The ``clp_config`` of a job over every object in ``config``'s local store, as
+    log-ingestor writes it, in an ingestion job of its own, writing to ``dataset``."""
+    blobs: list[bytes] = []
+
+    def blob(ingestion_job_id: int, ids: list[int]) -> bytes:
+        named = valid_named_config(config, ingestion_job_id, ids)
+        blobs.append(compress_blob({**named, "input": {**named["input"], "dataset": dataset}}))
+        return blobs[-1]
+
+    objects = list_objects(config, bucket=SERVICE_BUCKET, prefix=SERVICE_PREFIX)
+    ingest_and_submit(engine, S3ScannerJob(SERVICE_BUCKET, SERVICE_PREFIX), objects, blob)
+    return blobs[0]
+
+
+def test_a_batch_of_jobs_reads_its_objects_and_datasets_once(
+    config: CoordinatorConfig, tmp_path: Path
+) -> None:
+    """Before: each job of a tick opened a read of its own (a transaction, and on SQLite the write
+    lock) for its objects and its dataset's letter case. Now the batch is read together: each
+    ingestion job's objects in one fetch, each dataset's letter case once."""
+    put_logs(config, tmp_path, ["svc0", "svc1"])
+    with open_runtime(config, lease_secs=5) as rt:
+        web, logs = _ingested(config, rt.engine, "web"), _ingested(config, rt.engine, "logs")
+        job_ids = [rt.store.create_job(blob) for blob in [web] * 4 + [logs] * 3]
+        with statements_sent(rt.engine) as sent:
+            rt.coordinator.tick()
+        assert rt.store.states(job_ids) == {job_id: JobStatus.RUNNING for job_id in job_ids}
+    fetches = [s for s in sent if "from ingested_s3_object_metadata" in one_line(s)]
+    assert len(fetches) == 2  # one per ingestion job, each job's objects among them
+    assert len(_letter_case_reads(sent)) == 2  # one per dataset, neither registered yet

@@ -373,13 +373,17 @@ class Coordinator:
         failed record left, and the new ones of one RegisterJob call for all the others
         (``Submitter.register_all``). Stopping registers nothing more."""
         steps: list[tuple[DrivenJob, Registered | PreparedJob]] = []
-        for job in jobs:
+        now = self.loop.monotonic()
+        due = [job for job in jobs if now >= job.retry_submit_at]
+        # One read for the batch; should it fail for a reason that is not an outage, each job
+        # reads alone, so that the error counts against the job it belongs to.
+        ahead = self._together(partial(self.submitter.read_ahead, due), lambda: None)
+        for job in due:
             if self.stopping.is_set():
                 break
-            if self.loop.monotonic() >= job.retry_submit_at:
-                step = self._guarded(job, partial(self.submitter.prepare, job))
-                if step is not None:
-                    steps.append((job, step))
+            step = self._guarded(job, partial(self.submitter.prepare, job, ahead))
+            if step is not None:
+                steps.append((job, step))
         to_register = [(job, step) for job, step in steps if isinstance(step, PreparedJob)]
         answers: dict[int, RegistrationAnswer] = {}
         if to_register and not self.stopping.is_set():

@@ -8,6 +8,7 @@ for a config blob that does not decode).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
@@ -15,12 +16,14 @@ from sqlalchemy import Connection, Engine
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.errors import CoordinatorError
 from coordinator.job_config import (
+    OutputConfig,
     S3ObjectMetadataInputConfig,
     UndecodableJobConfig,
     decode_clp_io_config,
 )
 from coordinator.partition import (
     InvalidJobInput,
+    S3ObjectRow,
     check_requested_ids,
     objects_in_id_order,
     partition_objects,
@@ -89,13 +92,51 @@ def prepare(
     cleanup_task: bool = True,
     registered_as_named: set[str] | None = None,
 ) -> PreparedJob:
-    """The Spider submission for a job; raises ``JobRejected`` with the operator's message.
+    """The Spider submission for one job: ``check_request``, ``read_requests`` in a read of its
+    own, then ``plan``. Raises ``JobRejected`` with the operator's message.
 
     ``cleanup_task``: whether the graph carries the coordinator's ``compression::cleanup`` task.
     ``registered_as_named``: the datasets seen registered under exactly their own name, which the
     caller keeps across jobs (see ``_registered_in_other_case``); this call adds to it.
 
     Database errors propagate (the job stays Pending and is tried again).
+    """
+    request = check_request(clp_config, largest_stored_id(engine))
+    with reading(engine) as connection:
+        found = read_requests(connection, [request], registered_as_named)
+    return plan(request, found, settings, cleanup_task=cleanup_task)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job's config, checked as far as it can be without the database: what ``read_requests``
+    reads for it, and what ``plan`` builds from."""
+
+    job_input: S3ObjectMetadataInputConfig
+    output: OutputConfig
+    dataset: str
+    target_encoded_size: int
+    ids: list[int]
+    """The requested object ids, distinct and ascending."""
+    fetchable: list[int]
+    """Those of ``ids`` a row can have here (``largest_stored_id``); the others are missing."""
+
+
+@dataclass(frozen=True)
+class RequestsRead:
+    """What one read found for the requests of several jobs (``read_requests``)."""
+
+    rows: dict[int, list[S3ObjectRow]]
+    """The fetched objects, by ingestion job: every job's of that ingestion job together."""
+    other_case: dict[str, str | None]
+    """By dataset, the registered dataset whose name differs from it only in letter case."""
+
+
+def check_request(clp_config: bytes, largest_id: int) -> JobRequest:
+    """The checked request of a job config: the checks that need no database, in CLP's order.
+
+    ``largest_id``: the largest id ``ingested_s3_object_metadata`` can hold
+    (``largest_stored_id``). Raises ``JobRejected`` with the operator's message.
     """
     try:
         config = decode_clp_io_config(clp_config)
@@ -124,27 +165,64 @@ def prepare(
             f"output.target_dictionaries_size = {target_encoded_size} overflows clp-s's u64 "
             f"target encoded size (at most {U64_MAX})"
         )
-    largest_id = largest_stored_id(engine)
     try:
         ids = check_requested_ids(job_input.s3_object_metadata_ids, job_input.ingestion_job_id)
-        # An id the database's columns cannot hold names no row (SQLite's INTEGER is signed, so a
-        # u64 above 2^63-1 would fail the query itself): it is missing, as on MariaDB.
-        fetchable = [object_id for object_id in ids if object_id <= largest_id]
-        if job_input.ingestion_job_id > largest_id:
-            fetchable = []
-        with reading(engine) as connection:
-            registered = _registered_in_other_case(connection, dataset, registered_as_named)
-            rows = fetch_objects(connection, fetchable, job_input.ingestion_job_id)
+    except InvalidJobInput as error:
+        raise JobRejected(f"Compression job failed: {error}") from error
+    # An id the database's columns cannot hold names no row (SQLite's INTEGER is signed, so a
+    # u64 above 2^63-1 would fail the query itself): it is missing, as on MariaDB.
+    fetchable = [object_id for object_id in ids if object_id <= largest_id]
+    if job_input.ingestion_job_id > largest_id:
+        fetchable = []
+    return JobRequest(job_input, output, dataset, target_encoded_size, ids, fetchable)
+
+
+def read_requests(
+    connection: Connection,
+    requests: Sequence[JobRequest],
+    registered_as_named: set[str] | None = None,
+) -> RequestsRead:
+    """Read what ``requests`` need, together: the objects of each ingestion job they name in one
+    fetch (``fetch_objects``: ``FETCH_BATCH_SIZE`` ids a query), the letter-case check of each
+    dataset they write to once. Raises the driver's errors.
+    """
+    wanted: dict[int, set[int]] = {}
+    for request in requests:
+        wanted.setdefault(request.job_input.ingestion_job_id, set()).update(request.fetchable)
+    other_case = {
+        dataset: _registered_in_other_case(connection, dataset, registered_as_named)
+        for dataset in dict.fromkeys(request.dataset for request in requests)
+    }
+    rows = {
+        ingestion_job_id: fetch_objects(connection, sorted(ids), ingestion_job_id) if ids else []
+        for ingestion_job_id, ids in wanted.items()
+    }
+    return RequestsRead(rows, other_case)
+
+
+def plan(
+    request: JobRequest,
+    found: RequestsRead,
+    settings: CompressionCoordinator,
+    *,
+    cleanup_task: bool = True,
+) -> PreparedJob:
+    """The Spider submission for ``request`` from what ``read_requests`` found for it: its objects
+    checked and partitioned, its task graph built and weighed. Raises ``JobRejected`` with the
+    operator's message."""
+    job_input, output, dataset = request.job_input, request.output, request.dataset
+    try:
         objects = objects_in_id_order(
-            ids,
+            request.ids,
             job_input.ingestion_job_id,
-            rows,
+            found.rows.get(job_input.ingestion_job_id, []),
             bucket=job_input.bucket,
             key_prefix=job_input.key_prefix,
         )
         partitions = require_partitions(partition_objects(objects, output.target_archive_size))
     except InvalidJobInput as error:
         raise JobRejected(f"Compression job failed: {error}") from error
+    registered = found.other_case.get(dataset)
     if registered is not None:
         # MariaDB compares dataset names without letter case but table names with it: CLP's
         # readers would look for the registered name's tables and never see this job's archives.
@@ -153,7 +231,7 @@ def prepare(
             f"{registered!r} differs only in letter case; use {registered!r})"
         )
     option = ClpSCompressionOption(
-        target_encoded_size=target_encoded_size,
+        target_encoded_size=request.target_encoded_size,
         compression_level=output.compression_level,
         timestamp_key=job_input.timestamp_key,
         unstructured=job_input.unstructured,
