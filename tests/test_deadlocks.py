@@ -56,15 +56,24 @@ def _deadlock() -> OperationalError:
 
 
 def _fail_apply(monkeypatch: pytest.MonkeyPatch, errors: list[OperationalError]) -> None:
-    """Each guarded move raises the next of ``errors`` (in its transaction) until none is left."""
-    real = JobStore.apply
+    """Each guarded move, or moves applied together, raise the next of ``errors`` (in their
+    transaction) until none is left."""
+    real, real_together = JobStore.apply, JobStore.apply_together
 
     def apply(self: JobStore, connection: Connection, request: TransitionRequest) -> Any:
         if errors:
             raise errors.pop()
         return real(self, connection, request)
 
+    def apply_together(
+        self: JobStore, connection: Connection, requests: Sequence[TransitionRequest]
+    ) -> Any:
+        if errors:
+            raise errors.pop()
+        return real_together(self, connection, requests)
+
     monkeypatch.setattr(JobStore, "apply", apply)
+    monkeypatch.setattr(JobStore, "apply_together", apply_together)
 
 
 def test_a_deadlock_is_told_apart_from_other_outages() -> None:

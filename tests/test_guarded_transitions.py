@@ -236,6 +236,44 @@ def test_a_move_reads_its_row_at_most_once_and_records_the_epoch_it_was_made_und
     assert store.history(job_id)[-1].lease_epoch == 7
 
 
+def test_moves_applied_together_write_their_history_rows_in_one_statement(
+    store: JobStore, migrated_engine: Engine
+) -> None:
+    """``transition_all`` (a tick's submissions; the finalisations likewise): each move keeps its
+    own compare-and-set and row count, and the applied ones' history rows, each with its own
+    values, are written in one INSERT (issue 14; before, one per move)."""
+    job_ids = [new_job_in(store, JobStatus.PENDING) for _ in range(4)]
+    taken = job_ids[2]  # another writer submits it first: its move loses its race
+    store.transition(
+        request(taken, "submitted", JobStatus.PENDING, JobStatus.RUNNING, Actor.COORDINATOR)
+    )
+    moves = [
+        request(
+            job_id,
+            "submitted",
+            JobStatus.PENDING,
+            JobStatus.RUNNING,
+            Actor.COORDINATOR,
+            spider_id=100 + index,
+            actor_id=f"c-{index}",
+            fence=0,
+        )
+        for index, job_id in enumerate(job_ids)
+    ]
+    with statements_sent(migrated_engine) as sent:
+        results = store.transition_all(moves)
+    assert [type(result) for result in results] == [Applied, Applied, LostRace, Applied]
+    inserts = [s for s in sent if one_line(s).startswith("insert into compression_job_transitions")]
+    assert len(inserts) == 1
+    for index, job_id in enumerate(job_ids):
+        rows = [(row.trigger, row.spider_id, row.actor_id) for row in store.history(job_id)]
+        if job_id == taken:
+            assert rows == [("submitted", SPIDER_ID, "")]  # the other writer's only
+        else:
+            assert rows == [("submitted", 100 + index, f"c-{index}")]
+            assert store.get(job_id).spider_id == 100 + index  # type: ignore[union-attr]
+
+
 def test_an_unknown_job_is_not_found(store: JobStore) -> None:
     for trigger, source, dest in (
         ("submitted", JobStatus.PENDING, JobStatus.RUNNING),

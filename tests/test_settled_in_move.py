@@ -408,3 +408,41 @@ def test_a_failed_settlement_of_jobs_finalised_together_settles_each_after_its_m
         handler.clean_up(job)  # settled after the move instead
         assert _states(migrated_engine, job_id) == {f"published-archive-{spider_id}": "published"}
         assert not duplicate.exists() and published.is_file()
+
+
+def test_jobs_finalised_together_write_their_history_rows_in_one_statement(
+    store: JobStore, migrated_engine: Engine, tmp_path: Path
+) -> None:
+    """Each finalising move is its own fenced compare-and-set; the applied ones' history rows are
+    written in one INSERT (``JobStore.apply_together``; before, one per job)."""
+    output = FsArchiveOutput(directory=tmp_path / "archives")
+    made = [_committed_job(store, output.directory, spider_id) for spider_id in (41, 42, 43)]
+    loop = _loop(store)
+    spider_ids = (41, 42, 43)
+    jobs = [
+        _driven(job_id, spider) for (job_id, _, _), spider in zip(made, spider_ids, strict=True)
+    ]
+    lost = jobs[1]
+    with migrated_engine.begin() as connection:  # another coordinator took this one over
+        connection.execute(update(_jobs).where(_jobs.c.id == lost.job_id).values(lease_epoch=9))
+    loop.driven.update({job.job_id: job for job in jobs})
+    reaction = reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED)
+    with statements_sent(migrated_engine) as sent:
+        assert loop.finalise([(job, reaction) for job in jobs]) == []
+    inserts = [s for s in sent if one_line(s).startswith("insert into compression_job_transitions")]
+    assert len(inserts) == 1
+    assert [store.state(job.job_id) for job in jobs] == [
+        JobStatus.SUCCEEDED,
+        JobStatus.COMMITTED,
+        JobStatus.SUCCEEDED,
+    ]
+    with migrated_engine.connect() as connection:
+        finalised = connection.execute(
+            select(_history.c.job_id, _history.c.lease_epoch, _history.c.actor_id)
+            .where(_history.c.trigger == "finalised")
+            .order_by(_history.c.job_id)
+        ).all()
+    assert [tuple(row) for row in finalised] == [
+        (jobs[0].job_id, EPOCH, OWNER),
+        (jobs[2].job_id, EPOCH, OWNER),
+    ]

@@ -149,8 +149,9 @@ class Loop:
 
         The jobs' evidence is read first, together (``read_publications``, ``recorded_sizes``), and
         each job's move taken only without a gap: its own guarded transition fenced by its lease
-        (whose UPDATE ends the lease), with its history row and settlement (as ``move`` takes it),
-        so one job's gap or lost race leaves the others' moves alone. Every job is no longer driven
+        (whose UPDATE ends the lease), with its history row (the moves' rows in one statement,
+        ``JobStore.apply_together``) and settlement (as ``move`` takes it), so one job's gap or
+        lost race leaves the others' moves alone. Every job is no longer driven
         afterwards, except those returned (the caller reacts to their gap).
         A transaction MariaDB picks as a deadlock's victim runs again (``retrying_deadlocks``).
         Raises what ``JobStore.apply`` raises, and the evidence's errors: the whole transaction is
@@ -175,13 +176,16 @@ class Loop:
                     connection, [(j.job_id, j.spider_id) for j, _ in moves]
                 )
                 recorded = recorded_sizes(connection, [job.job_id for job, _ in moves])
+                proven: list[tuple[DrivenJob, TransitionRequest, PublicationEvidence]] = []
                 for job, request in moves:
                     publication = evidence[job.job_id]
                     gap = publication_gap(publication, recorded.get(job.job_id))
-                    if gap is not None:
+                    if gap is None:
+                        proven.append((job, request, publication))
+                    else:
                         gaps.append((job, gap))
-                        continue
-                    result = self.store.apply(connection, request)
+                applied = self.store.apply_together(connection, [move for _, move, _ in proven])
+                for (job, request, publication), result in zip(proven, applied, strict=True):
                     if isinstance(result, Applied):
                         ended.append(_Ended(job, result, publication))
                     results.append((job, request, result))

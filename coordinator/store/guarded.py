@@ -13,7 +13,8 @@ The stored forms come from ``coordinator.lifecycle.storage``: Running is ``statu
 committed_at IS NULL``, Committed is ``status IN (1, 5) AND committed_at IS NOT NULL``, and a move
 into Committed writes ``committed_at`` with the status its ``CommittedStorage`` setting selects.
 
-followed by a check of the matched row count and, when it matched, the history row. The edge
+followed by a check of the matched row count and, when it matched, the history row (the rows of
+moves applied together, ``apply_transitions``, in one statement after them). The edge
 comes from ``coordinator.lifecycle`` (``plan_transition``), so an illegal move is refused before any
 SQL runs. Zero matched rows is a normal outcome: the job moved on (or another writer, such as CLP's
 legacy scheduler, got there first) and the caller receives a ``LostRace`` saying what the row holds
@@ -23,7 +24,7 @@ now, or ``NotFound``. Nothing is overwritten. Each lost race is counted, by trig
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -102,12 +103,13 @@ class TransitionRequest:
 
 @dataclass(frozen=True)
 class Applied:
-    """The move happened; the history row ``history_id`` records it."""
+    """The move happened; the history row ``history_id`` records it (``None`` for a move applied
+    with others, ``apply_transitions``, whose history rows were written in one statement)."""
 
     job_id: int
     edge: Edge
     at: datetime
-    history_id: int
+    history_id: int | None
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,64 @@ def apply_transition(
     ``IllegalTransition`` or ``InvalidTransitionRequest`` before any SQL, and the driver's errors
     as they come (the caller's transaction is then to be rolled back).
     """
+    moved = _compare_and_set(connection, request, now, fit_message, committed_storage)
+    if not isinstance(moved, _Moved):
+        return moved
+    history_id = connection.execute(
+        _HISTORY_INSERT, _history_row(request, moved, now)
+    ).inserted_primary_key
+    assert history_id is not None
+    return Applied(request.job_id, moved.edge, now, int(history_id[0]))
+
+
+def apply_transitions(
+    connection: Connection,
+    requests: Sequence[TransitionRequest],
+    *,
+    now: datetime,
+    fit_message: Callable[[str], str] = fit_status_msg,
+    committed_storage: CommittedStorage = DEFAULT_COMMITTED_STORAGE,
+) -> list[TransitionResult]:
+    """``apply_transition`` of each of ``requests``, in order, inside the transaction open on
+    ``connection``; their results, in order.
+
+    Each is still its own compare-and-set checked by its own row count, so one that loses its
+    race leaves the others applied; the history rows of the applied ones are written after the
+    last compare-and-set, in one statement (one round trip, not one per move), in the same
+    transaction. Their ``Applied.history_id`` is ``None``: a multi-row INSERT does not give each
+    row's id on every backend (MySQL has no ``RETURNING``). Raises as ``apply_transition``; after
+    a database error the caller's transaction is to be rolled back, history rows and all.
+    """
+    results: list[TransitionResult] = []
+    rows: list[dict[str, object]] = []
+    for request in requests:
+        moved = _compare_and_set(connection, request, now, fit_message, committed_storage)
+        if isinstance(moved, _Moved):
+            rows.append(_history_row(request, moved, now))
+            results.append(Applied(request.job_id, moved.edge, now, None))
+        else:
+            results.append(moved)
+    if rows:
+        connection.execute(_HISTORY_INSERT, rows)
+    return results
+
+
+@dataclass(frozen=True)
+class _Moved:
+    """A compare-and-set that matched its row: the edge, and the epoch the move was made under."""
+
+    edge: Edge
+    lease_epoch: int
+
+
+def _compare_and_set(
+    connection: Connection,
+    request: TransitionRequest,
+    now: datetime,
+    fit_message: Callable[[str], str],
+    committed_storage: CommittedStorage,
+) -> _Moved | LostRace | NotFound:
+    """The move's compare-and-set and its row-count check, without its history row."""
     edge = validate_request(request)
     read = _read_ahead(connection, edge, request)
     if read is None:
@@ -188,23 +248,24 @@ def apply_transition(
         if isinstance(outcome, LostRace):
             metrics.LOST_RACES.labels(edge.trigger.value).inc()
         return outcome
-    history_id = connection.execute(
-        _HISTORY_INSERT,
-        {
-            "job_id": request.job_id,
-            "from_status": int(edge.source),
-            "to_status": int(edge.dest),
-            "trigger": edge.trigger,
-            "actor": request.actor.value,
-            "actor_id": request.actor_id,
-            "reason": request.reason,
-            "spider_id": request.spider_id,
-            "lease_epoch": lease_epoch,
-            "at": now,
-        },
-    ).inserted_primary_key
-    assert history_id is not None
-    return Applied(request.job_id, edge, now, int(history_id[0]))
+    return _Moved(edge, lease_epoch)
+
+
+def _history_row(request: TransitionRequest, moved: _Moved, now: datetime) -> dict[str, object]:
+    """The parameters of the history row that records ``moved``."""
+    edge = moved.edge
+    return {
+        "job_id": request.job_id,
+        "from_status": int(edge.source),
+        "to_status": int(edge.dest),
+        "trigger": edge.trigger,
+        "actor": request.actor.value,
+        "actor_id": request.actor_id,
+        "reason": request.reason,
+        "spider_id": request.spider_id,
+        "lease_epoch": moved.lease_epoch,
+        "at": now,
+    }
 
 
 def validate_request(request: TransitionRequest) -> Edge:

@@ -28,6 +28,7 @@ from coordinator.store.guarded import (
     TransitionRequest,
     TransitionResult,
     apply_transition,
+    apply_transitions,
     validate_request,
 )
 from coordinator.store.messages import fit_status_msg
@@ -153,7 +154,7 @@ class JobStore:
 
         def apply_all() -> list[TransitionResult]:
             with self.engine.begin() as connection:
-                return [self.apply(connection, request) for request in requests]
+                return self.apply_together(connection, requests)
 
         results = retrying_deadlocks(apply_all)
         for request, result in zip(requests, results, strict=True):
@@ -165,6 +166,19 @@ class JobStore:
         return apply_transition(
             connection,
             request,
+            now=self.clock(),
+            fit_message=self.fit_status_msg,
+            committed_storage=self.committed_storage,
+        )
+
+    def apply_together(
+        self, connection: Connection, requests: Sequence[TransitionRequest]
+    ) -> list[TransitionResult]:
+        """Apply each of ``requests`` inside the caller's transaction, their history rows in one
+        statement (see ``apply_transitions``); their results, in order."""
+        return apply_transitions(
+            connection,
+            requests,
             now=self.clock(),
             fit_message=self.fit_status_msg,
             committed_storage=self.committed_storage,
