@@ -23,7 +23,8 @@ from sqlalchemy.exc import OperationalError
 from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import JobStatus, Outcome, reaction_to
-from coordinator.service import driven as driven_module
+from coordinator.service import cleanup as cleanup_module
+from coordinator.service.cleanup import Ending
 from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.outcomes import Ended, OutcomeHandler
 from coordinator.spider.port import JobState, SpiderPort
@@ -222,7 +223,7 @@ def test_a_failed_settlement_never_costs_the_job_its_move(
     def broken(*_: object) -> None:
         raise RuntimeError("a bug in the settlement")
 
-    monkeypatch.setattr("coordinator.service.driven.settle_within", broken)
+    monkeypatch.setattr("coordinator.service.driven.settle_all_within", broken)
     loop.react(job, reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED))
 
     assert store.state(job_id) is JobStatus.SUCCEEDED
@@ -247,7 +248,7 @@ def test_an_outage_in_the_settlement_rolls_the_whole_move_back(
     def locked(*_: object) -> None:
         raise outage
 
-    monkeypatch.setattr("coordinator.service.driven.settle_within", locked)
+    monkeypatch.setattr("coordinator.service.driven.settle_all_within", locked)
     with pytest.raises(OperationalError):
         loop.react(job, reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED))
 
@@ -388,17 +389,17 @@ def test_a_failed_settlement_of_jobs_finalised_together_settles_each_after_its_m
         _driven(job_id, spider_id) for (job_id, _, _), spider_id in zip(made, (31, 32), strict=True)
     ]
     loop.driven.update({job.job_id: job for job in jobs})
-    real = driven_module.settle_within
+    real = cleanup_module._settlement
 
-    def broken_for_the_second(connection: Any, job_id: int, *args: Any) -> Any:
-        if job_id == jobs[1].job_id:
+    def broken_for_the_second(connection: Any, ending: Ending) -> Any:
+        if ending.job_id == jobs[1].job_id:
             raise RuntimeError("a bug in the settlement")
-        return real(connection, job_id, *args)
+        return real(connection, ending)
 
-    monkeypatch.setattr(driven_module, "settle_within", broken_for_the_second)
+    monkeypatch.setattr(cleanup_module, "_settlement", broken_for_the_second)
     reaction = reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED)
     assert loop.finalise([(job, reaction) for job in jobs]) == []
-    monkeypatch.setattr(driven_module, "settle_within", real)
+    monkeypatch.setattr(cleanup_module, "_settlement", real)
 
     assert [store.state(job.job_id) for job in jobs] == [JobStatus.SUCCEEDED] * 2
     assert [job.settled for job in jobs] == [None, None]
@@ -410,11 +411,13 @@ def test_a_failed_settlement_of_jobs_finalised_together_settles_each_after_its_m
         assert not duplicate.exists() and published.is_file()
 
 
-def test_jobs_finalised_together_write_their_history_rows_in_one_statement(
+def test_jobs_finalised_together_write_their_history_rows_and_settlements_together(
     store: JobStore, migrated_engine: Engine, tmp_path: Path
 ) -> None:
     """Each finalising move is its own fenced compare-and-set; the applied ones' history rows are
-    written in one INSERT (``JobStore.apply_together``; before, one per job)."""
+    written in one INSERT (``JobStore.apply_together``), their records' ``published`` marks in one
+    UPDATE and their claims for removal in another (``settle_all_within``); before, one of each
+    per job."""
     output = FsArchiveOutput(directory=tmp_path / "archives")
     made = [_committed_job(store, output.directory, spider_id) for spider_id in (41, 42, 43)]
     loop = _loop(store)
@@ -431,6 +434,20 @@ def test_jobs_finalised_together_write_their_history_rows_in_one_statement(
         assert loop.finalise([(job, reaction) for job in jobs]) == []
     inserts = [s for s in sent if one_line(s).startswith("insert into compression_job_transitions")]
     assert len(inserts) == 1
+    settling = [s for s in sent if one_line(s).startswith("update compression_stored_archives")]
+    assert len(settling) == 2  # the marks, the claims
+    for job, (job_id, _, _) in zip(jobs, made, strict=True):
+        spider = job.spider_id
+        if job is lost:
+            assert _states(migrated_engine, job_id) == {
+                f"published-archive-{spider}": "stored",
+                f"duplicate-archive-{spider}": "stored",
+            }
+        else:
+            assert _states(migrated_engine, job_id) == {
+                f"published-archive-{spider}": "published",
+                f"duplicate-archive-{spider}": "removing",
+            }
     assert [store.state(job.job_id) for job in jobs] == [
         JobStatus.SUCCEEDED,
         JobStatus.COMMITTED,

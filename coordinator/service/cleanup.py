@@ -156,6 +156,51 @@ def settle_within(
     Spider job's records that name no job are attributed first, unless ``publication`` saw none.
     Raises ``InvalidDatasetName`` (a record with an unsafe dataset) or the driver's errors.
     """
+    return settle_all_within(connection, [Ending(job_id, state, spider_id, publication)])[0]
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A job a terminal move ended, to settle (``settle_all_within``): its id, its terminal state,
+    its Spider job, and the evidence its finalising move read, if any."""
+
+    job_id: int
+    state: JobStatus
+    spider_id: int | None
+    publication: PublicationEvidence | None = None
+
+
+def settle_all_within(connection: Connection, endings: Sequence[Ending]) -> list[Settlement]:
+    """``settle_within`` of each of ``endings``, in order, inside the caller's transaction; the
+    ``published`` marks of all of them in one statement, and their claims for removal in
+    another (a tick's finalised jobs: one statement, not one per job). Raises as
+    ``settle_within``."""
+    settlements: list[Settlement] = []
+    to_mark: list[int] = []
+    for ending in endings:
+        settlement, kept = _settlement(connection, ending)
+        settlements.append(settlement)
+        to_mark += [r.id for r in kept if r.id is not None and r.state == STORED]
+    mark_published(connection, to_mark)
+    # Claimed in this transaction, before any file is touched: an instance still storing one
+    # of them can no longer mark it stored, and removes it itself.
+    claim_for_removal(
+        connection, [r.id for s in settlements for r in s.to_remove if r.id is not None]
+    )
+    return settlements
+
+
+def _settlement(
+    connection: Connection, ending: Ending
+) -> tuple[Settlement, list[StoredArchiveRecord]]:
+    """What settling ``ending`` finds, its attributions and withdrawals made: the settlement, and
+    the records of the archives it keeps (to mark ``published``)."""
+    job_id, state, spider_id, publication = (
+        ending.job_id,
+        ending.state,
+        ending.spider_id,
+        ending.publication,
+    )
     attributed = 0
     if spider_id is not None and (publication is None or publication.unattributed):
         attributed = attribute_unambiguous_records(connection, spider_id)
@@ -172,12 +217,8 @@ def settle_within(
         records = stored_archives_of_job(connection, job_id)
     kept = [r for r in records if (r.dataset, r.archive_id) in published]
     to_remove = [r for r in records if (r.dataset, r.archive_id) not in published]
-    mark_published(connection, [r.id for r in kept if r.id is not None and r.state == STORED])
-    # Claimed in this transaction, before any file is touched: an instance still storing one
-    # of them can no longer mark it stored, and removes it itself.
-    claim_for_removal(connection, [r.id for r in to_remove if r.id is not None])
     unexpected = [r.location for r in kept if r.state not in (STORED, PUBLISHED)]
-    return Settlement(job_id, state, len(withdrawn), to_remove, unexpected)
+    return Settlement(job_id, state, len(withdrawn), to_remove, unexpected), kept
 
 
 def finish_settlement(

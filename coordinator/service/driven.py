@@ -7,11 +7,11 @@ job's state: every move is the edge's guarded transition, fenced by the lease ep
 transaction (withdraw the published archives, or require evidence of them).
 
 A terminal move also ends the lease (in its guarded statement) and settles the job's archive records
-in its transaction (``coordinator.service.cleanup.settle_within``, reusing the evidence a finalising
-move read): one transaction ends the job instead of three. The settlement runs in a savepoint, so
-that a failure of it never costs the job its move: the records are then settled after the move, as
-before, or by the sweep. Only an outage (a MariaDB deadlock rolls the whole transaction back) fails
-the move, which the next tick retries.
+in its transaction (``coordinator.service.cleanup.settle_all_within``, reusing the evidence a
+finalising move read): one transaction ends the job instead of three. The settlement runs in a
+savepoint, so that a failure of it never costs the job its move: the records are then settled
+after the move, as before, or by the sweep. Only an outage (a MariaDB deadlock rolls the whole
+transaction back) fails the move, which the next tick retries.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from coordinator.lifecycle import (
     Reaction,
     Trigger,
 )
-from coordinator.service.cleanup import Settlement, settle_within
+from coordinator.service.cleanup import Ending, Settlement, settle_all_within
 from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.archives import withdraw_archives
@@ -310,12 +310,15 @@ def _settle_all(connection: Connection, ended: Sequence[_Ended]) -> None:
         return
     try:
         with connection.begin_nested():
-            for item in submitted:
-                job = item.job
-                assert job.spider_id is not None
-                job.settled = settle_within(
-                    connection, job.job_id, item.applied.edge.dest, job.spider_id, item.publication
+            endings = [
+                Ending(
+                    item.job.job_id, item.applied.edge.dest, item.job.spider_id, item.publication
                 )
+                for item in submitted
+            ]
+            settlements = settle_all_within(connection, endings)
+            for item, settlement in zip(submitted, settlements, strict=True):
+                item.job.settled = settlement
     except Exception as error:
         if isinstance(error, SQLAlchemyError) and is_transient(error):
             raise
