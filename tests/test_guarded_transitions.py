@@ -22,6 +22,7 @@ from coordinator.lifecycle import (
 from coordinator.store.guarded import (
     Applied,
     InvalidTransitionRequest,
+    LockedRow,
     LostRace,
     NotFound,
 )
@@ -272,6 +273,18 @@ def test_moves_applied_together_write_their_history_rows_in_one_statement(
         else:
             assert rows == [("submitted", 100 + index, f"c-{index}")]
             assert store.get(job_id).spider_id == 100 + index  # type: ignore[union-attr]
+
+
+def test_a_locked_row_of_another_job_is_refused_before_any_sql(
+    store: JobStore, migrated_engine: Engine
+) -> None:
+    job_id, other = (new_job_in(store, JobStatus.RUNNING) for _ in range(2))
+    move = request(job_id, "committed", JobStatus.RUNNING, JobStatus.COMMITTED, Actor.COMMIT_TASK)
+    refused = pytest.raises(InvalidTransitionRequest, match=f"given job {other}'s row")
+    with migrated_engine.begin() as connection, statements_sent(migrated_engine) as sent, refused:
+        store.apply(connection, move, LockedRow(other, None, 0))
+    assert sent == []
+    assert store.state(job_id) is JobStatus.RUNNING
 
 
 def test_an_unknown_job_is_not_found(store: JobStore) -> None:

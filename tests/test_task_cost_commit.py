@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine, delete, event, inspect, select, text
+from sqlalchemy import Engine, delete, event, inspect, select, text, update
 
 from coordinator.lifecycle import JobStatus
 from coordinator.store.archives import Publication, publish_archives
 from coordinator.store.datasets import archives_table, dataset_tables
 from coordinator.store.jobs import JobStore, job_state
+from coordinator.store.schema import compression_jobs as jobs_table
 from coordinator.store.schema import datasets
 from coordinator.task_io import ArchiveMetadata
 from tests.paths import SPIDER_ID, new_job_in
@@ -120,3 +121,29 @@ def test_a_dataset_deleted_after_a_publication_is_created_and_registered_again(
     assert registered == [DATASET]
     job = store.get(second)
     assert job is not None and job_state(job) is JobStatus.COMMITTED
+
+
+def test_a_commit_reads_its_job_row_once_and_moves_it_under_that_lock(
+    store: JobStore, migrated_engine: Engine
+) -> None:
+    """The commit locks its job's row to find it (by its Spider job); the move then takes its
+    start time and epoch from that read (``LockedRow``) instead of reading the row again."""
+    job_id = _running_job(store, SPIDER_ID)
+    with migrated_engine.begin() as connection:
+        connection.execute(
+            update(jobs_table).where(jobs_table.c.id == job_id).values(lease_epoch=5)
+        )
+    assert _publish(store, SPIDER_ID, "w0") is Publication.PUBLISHED  # the dataset, checked
+    second = _running_job(store, SPIDER_ID + 1)
+    with _statements(migrated_engine) as (statements, ends):
+        assert _publish(store, SPIDER_ID + 1, "w1") is Publication.PUBLISHED
+    reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 1 and "compression_jobs" in reads[0]
+    if migrated_engine.dialect.name != "sqlite":
+        assert reads[0].rstrip().upper().endswith("FOR UPDATE")
+    assert ends == ["commit"]
+    for job, epoch in ((job_id, 5), (second, 0)):
+        committed = store.history(job)[-1]
+        assert (committed.trigger, committed.lease_epoch) == ("committed", epoch)
+        row = store.get(job)
+        assert row is not None and row.duration is not None  # from the start time read

@@ -35,7 +35,7 @@ from coordinator.store.datasets import (
     register_dataset,
 )
 from coordinator.store.guarded import Applied, TransitionRequest
-from coordinator.store.jobs import JobStore, SpiderJobUnmatched, in_flight_job_of
+from coordinator.store.jobs import JobStore, SpiderJobUnmatched, lock_in_flight_job
 from coordinator.store.stored_archives import attribute_stored_archives, stored_archives_of_job
 from coordinator.task_io import ArchiveMetadata
 
@@ -120,9 +120,10 @@ def _publish(
     """``publish_archives``' transaction; ``dataset_ready`` skips the dataset's registration."""
     with store.engine.begin() as connection:
         try:
-            job_id, state = in_flight_job_of(connection, spider_job_id, lock=True)
+            state, locked = lock_in_flight_job(connection, spider_job_id)
         except SpiderJobUnmatched as error:
             raise CommitRefused(f"{error}; refusing to commit") from error
+        job_id = locked.job_id
         if state is JobStatus.COMMITTED:
             return PublishResult(job_id, Publication.ALREADY_COMMITTED, 0)
         if not dataset_ready:
@@ -158,6 +159,7 @@ def _publish(
                 uncompressed_size=sum(a.uncompressed_size for a in archives),
                 compressed_size=sum(a.size for a in archives),
             ),
+            locked,
         )
         if not isinstance(result, Applied):
             # The row was locked above, so only a foreign writer ignoring the lock gets here; the

@@ -154,6 +154,19 @@ class NotFound:
 TransitionResult = Applied | LostRace | NotFound
 
 
+@dataclass(frozen=True)
+class LockedRow:
+    """What a move needs from its job's row before the compare-and-set (``_read_ahead``), read
+    by the caller under the row's lock (``FOR UPDATE``; on SQLite the transaction's write lock)
+    in the transaction the move is then made in: the move reads nothing more. Only a read that
+    locks the row may make one (``coordinator.store.jobs.lock_in_flight_job``), so the epoch is
+    the one the move is made under."""
+
+    job_id: int
+    start_time: datetime | None
+    lease_epoch: int
+
+
 def apply_transition(
     connection: Connection,
     request: TransitionRequest,
@@ -161,6 +174,7 @@ def apply_transition(
     now: datetime,
     fit_message: Callable[[str], str] = fit_status_msg,
     committed_storage: CommittedStorage = DEFAULT_COMMITTED_STORAGE,
+    locked: LockedRow | None = None,
 ) -> TransitionResult:
     """Apply ``request`` inside the transaction already open on ``connection``.
 
@@ -169,9 +183,13 @@ def apply_transition(
     move into Committed writes. The caller commits (and runs any statements that must be atomic
     with the move, after an ``Applied``). Raises
     ``IllegalTransition`` or ``InvalidTransitionRequest`` before any SQL, and the driver's errors
-    as they come (the caller's transaction is then to be rolled back).
+    as they come (the caller's transaction is then to be rolled back). ``locked``: the row as the
+    caller read it under its lock in this transaction (``LockedRow``), which spares the move's own
+    read.
     """
-    moved = _compare_and_set(connection, request, now, fit_message, committed_storage)
+    moved = _compare_and_set(
+        connection, request, now, fit_message, committed_storage, locked=locked
+    )
     if not isinstance(moved, _Moved):
         return moved
     history_id = connection.execute(
@@ -227,10 +245,19 @@ def _compare_and_set(
     now: datetime,
     fit_message: Callable[[str], str],
     committed_storage: CommittedStorage,
+    *,
+    locked: LockedRow | None = None,
 ) -> _Moved | LostRace | NotFound:
     """The move's compare-and-set and its row-count check, without its history row."""
     edge = validate_request(request)
-    read = _read_ahead(connection, edge, request)
+    if locked is None:
+        read = _read_ahead(connection, edge, request)
+    else:
+        if locked.job_id != request.job_id:
+            raise InvalidTransitionRequest(
+                f"'{edge.trigger}' of job {request.job_id} given job {locked.job_id}'s row"
+            )
+        read = locked.start_time, request.fence if request.fence is not None else locked.lease_epoch
     if read is None:
         return NotFound(request.job_id)
     start_time, lease_epoch = read

@@ -6,8 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, func, insert, select, text
+from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, insert, select, text
 
 from coordinator import metrics
 from coordinator.errors import CoordinatorError
@@ -25,6 +26,7 @@ from coordinator.store.clock import Clock, utc_now
 from coordinator.store.database import is_mysql, reading, retrying_deadlocks
 from coordinator.store.guarded import (
     Applied,
+    LockedRow,
     TransitionRequest,
     TransitionResult,
     apply_transition,
@@ -161,7 +163,9 @@ class JobStore:
             count_committed(request, result)
         return results
 
-    def apply(self, connection: Connection, request: TransitionRequest) -> TransitionResult:
+    def apply(
+        self, connection: Connection, request: TransitionRequest, locked: LockedRow | None = None
+    ) -> TransitionResult:
         """Apply ``request`` inside the caller's transaction (see ``apply_transition``)."""
         return apply_transition(
             connection,
@@ -169,6 +173,7 @@ class JobStore:
             now=self.clock(),
             fit_message=self.fit_status_msg,
             committed_storage=self.committed_storage,
+            locked=locked,
         )
 
     def apply_together(
@@ -289,21 +294,37 @@ class SpiderJobUnmatched(CoordinatorError, LookupError):
 _IN_FLIGHT = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
     _jobs.c.spider_id == bindparam("spider_id"), _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES)
 )
-_IN_FLIGHT_LOCKED = _IN_FLIGHT.with_for_update()
+_IN_FLIGHT_LOCKED = (
+    select(
+        _jobs.c.id, _jobs.c.status, _jobs.c.committed_at, _jobs.c.start_time, _jobs.c.lease_epoch
+    )
+    .where(_jobs.c.spider_id == bindparam("spider_id"), _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES))
+    .with_for_update()
+)
 
 
-def in_flight_job_of(
-    connection: Connection, spider_job_id: int, *, lock: bool = False
-) -> tuple[int, JobStatus]:
+def in_flight_job_of(connection: Connection, spider_job_id: int) -> tuple[int, JobStatus]:
     """The id and state of the one Running or Committed job that records ``spider_job_id``.
 
     A Spider job id alone is not an identity: CLP's Rust coordinator, an earlier engine or a reset
     Spider may have used it before, so terminal rows never match (their Spider job is over) and
-    several in-flight rows are an ambiguity reported rather than guessed. With ``lock`` the row is
-    read ``FOR UPDATE``. Raises ``SpiderJobUnmatched`` saying which case it is, or the driver's
-    errors.
+    several in-flight rows are an ambiguity reported rather than guessed. Raises
+    ``SpiderJobUnmatched`` saying which case it is, or the driver's errors.
     """
-    query = _IN_FLIGHT_LOCKED if lock else _IN_FLIGHT
+    row = _the_one_in_flight(connection, _IN_FLIGHT, spider_job_id)
+    return int(row.id), state_of(row.status, row.committed_at)
+
+
+def lock_in_flight_job(connection: Connection, spider_job_id: int) -> tuple[JobStatus, LockedRow]:
+    """``in_flight_job_of``, its row read ``FOR UPDATE`` (on SQLite, under the transaction's write
+    lock): the job's state, and what a move of it needs (``LockedRow``), so that the move, made
+    next in this transaction, reads the row no more. Raises as ``in_flight_job_of``."""
+    row = _the_one_in_flight(connection, _IN_FLIGHT_LOCKED, spider_job_id)
+    locked = LockedRow(int(row.id), row.start_time, int(row.lease_epoch))
+    return state_of(row.status, row.committed_at), locked
+
+
+def _the_one_in_flight(connection: Connection, query: Select[Any], spider_job_id: int) -> Row[Any]:
     rows = connection.execute(query, {"spider_id": spider_job_id}).all()
     if not rows:
         raise SpiderJobUnmatched(
@@ -315,4 +336,4 @@ def in_flight_job_of(
             f"CLP compression jobs {listed} all record Spider job {spider_job_id} and are in "
             "flight; refusing to guess which one this Spider job belongs to"
         )
-    return rows[0].id, state_of(rows[0].status, rows[0].committed_at)
+    return rows[0]
