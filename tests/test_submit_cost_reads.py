@@ -223,3 +223,25 @@ def test_a_batch_of_jobs_reads_its_objects_and_datasets_once(
     fetches = [s for s in sent if "from ingested_s3_object_metadata" in one_line(s)]
     assert len(fetches) == 2  # one per ingestion job, each job's objects among them
     assert len(_letter_case_reads(sent)) == 2  # one per dataset, neither registered yet
+
+
+def test_when_the_batch_read_fails_each_job_reads_alone(
+    config: CoordinatorConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch read that fails for a reason that is not an outage (a bug, a row no job can read)
+    costs no job an attempt: each job then reads on its own, as before the batch read."""
+    put_logs(config, tmp_path, ["svc0"])
+
+    def broken(*_: object) -> object:
+        raise RuntimeError("a bug in the batch read")
+
+    monkeypatch.setattr("coordinator.service.submitter.read_requests", broken)
+    with open_runtime(config, lease_secs=5) as rt:
+        blob = _ingested(config, rt.engine, "web")
+        job_ids = [rt.store.create_job(blob) for _ in range(3)]
+        with statements_sent(rt.engine) as sent:
+            rt.coordinator.tick()
+        assert rt.store.states(job_ids) == {job_id: JobStatus.RUNNING for job_id in job_ids}
+        assert all(job.failed_attempts == 0 for job in rt.coordinator.driven.values())
+    fetches = [s for s in sent if "from ingested_s3_object_metadata" in one_line(s)]
+    assert len(fetches) == 4  # one read each: these three and the job log-ingestor submitted
