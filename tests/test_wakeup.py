@@ -17,6 +17,7 @@ from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.lifecycle import JobStatus
 from coordinator.runtime import open_runtime
+from coordinator.service.coordinator import WOKEN_TICK_SPACING_SECS
 from coordinator.service.driven import DrivenJob
 from coordinator.service.ingest import submit_job
 from coordinator.service.outcomes import Ended
@@ -93,6 +94,33 @@ def test_the_pause_ends_when_the_loop_is_woken_or_stopped(
             coordinator.stopping.set()
         pause.join(timeout=60)  # a guard against hanging for an hour, not a timing bound
         assert not pause.is_alive()
+
+
+@pytest.mark.parametrize("since_last_tick", [0.0, 1.0])
+def test_a_wake_soon_after_a_tick_waits_out_the_spacing_and_a_later_one_does_not(
+    config: CoordinatorConfig, monkeypatch: pytest.MonkeyPatch, since_last_tick: float
+) -> None:
+    """Woken ticks are spaced (``WOKEN_TICK_SPACING_SECS`` from the last tick's start): jobs that
+    end one after another are concluded together. The wait is read, not timed."""
+    with open_runtime(config, lease_secs=30) as rt:
+        coordinator = rt.coordinator
+        waits: list[float | None] = []
+
+        def wait(timeout: float | None = None) -> bool:
+            waits.append(timeout)
+            return False
+
+        monkeypatch.setattr(coordinator.stopping, "wait", wait)
+        coordinator.tick()
+        coordinator._last_tick_started -= since_last_tick
+        coordinator.wake(7)
+        coordinator._sleep(3600.0)
+        if since_last_tick:
+            assert waits == []  # served at once
+        else:
+            assert len(waits) == 1
+            spacing = waits[0]
+            assert spacing is not None and 0 < spacing <= WOKEN_TICK_SPACING_SECS
 
 
 @pytest.mark.slow

@@ -80,6 +80,13 @@ MAX_ATTEMPT_BACKOFF_SECS = 60.0
 SUBMISSION_BATCH = 16
 """How many Pending jobs a tick registers before it records their submissions in one transaction
 and starts them: more saves commits, but the first of them starts later."""
+WOKEN_TICK_SPACING_SECS = 0.05
+"""The least time from one tick's start to a tick the engine's ``wake`` causes. When jobs end
+one after another (a busy engine), the ones ending meanwhile are then concluded together, in one
+finalising transaction, instead of each in a tick of its own with the tick's fixed reads (issue
+14: a quarter more jobs/s and a quarter less of the coordinator's CPU per job in P1b). A wake
+after a quieter spell is served at once; the wait is half the 100 ms of a poll's first back-off
+(``result_polling``), which a job ends within without a wake."""
 ADVANCE_CONCURRENCY = 4
 """How many driven jobs a tick submits or polls at once (each job by one thread at a time): the
 per-job work is mostly waiting for the database and Spider."""
@@ -148,6 +155,8 @@ class Coordinator:
         self.settings, self.instance_id = settings, self.loop.instance_id
         self._wakeup = threading.Event()
         self._woken: deque[int] = deque()
+        self._last_tick_started = -WOKEN_TICK_SPACING_SECS
+        """``time.monotonic()`` when the last tick started (``_sleep`` spaces woken ticks)."""
         self.stopping: threading.Event = _Stopping(self._wakeup)
         self.last_activity = self.loop.monotonic()
         """When the loop last started or ended a tick (or was built), on the loop's clock: the
@@ -212,9 +221,15 @@ class Coordinator:
         self._wakeup.set()
 
     def _sleep(self, seconds: float) -> None:
-        """Pause for ``seconds``, or until ``wake`` is called or ``stopping`` is set."""
+        """Pause for ``seconds``, or until ``wake`` is called or ``stopping`` is set; a wake is
+        served no sooner than ``WOKEN_TICK_SPACING_SECS`` after the last tick started."""
         if not self._woken and not self.stopping.is_set():
             self._wakeup.wait(seconds)
+        if self._woken:
+            # Real time, as the pause's: the spacing is a rate, not a deadline of the loop.
+            spaced = self._last_tick_started + WOKEN_TICK_SPACING_SECS - time.monotonic()
+            if spaced > 0:
+                self.stopping.wait(spaced)
         self._wakeup.clear()
 
     def _due_woken(self) -> None:
@@ -236,6 +251,7 @@ class Coordinator:
         and ``last_activity`` is set when it starts and when it ends (liveness).
         """
         started = time.perf_counter()
+        self._last_tick_started = time.monotonic()
         self.last_activity = self.loop.monotonic()
         try:
             return self._tick()
