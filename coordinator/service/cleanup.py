@@ -195,12 +195,8 @@ def _settlement(
 ) -> tuple[Settlement, list[StoredArchiveRecord]]:
     """What settling ``ending`` finds, its attributions and withdrawals made: the settlement, and
     the records of the archives it keeps (to mark ``published``)."""
-    job_id, state, spider_id, publication = (
-        ending.job_id,
-        ending.state,
-        ending.spider_id,
-        ending.publication,
-    )
+    job_id, state, spider_id = ending.job_id, ending.state, ending.spider_id
+    publication = ending.publication
     attributed = 0
     if spider_id is not None and (publication is None or publication.unattributed):
         attributed = attribute_unambiguous_records(connection, spider_id)

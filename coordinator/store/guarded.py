@@ -250,14 +250,7 @@ def _compare_and_set(
 ) -> _Moved | LostRace | NotFound:
     """The move's compare-and-set and its row-count check, without its history row."""
     edge = validate_request(request)
-    if locked is None:
-        read = _read_ahead(connection, edge, request)
-    else:
-        if locked.job_id != request.job_id:
-            raise InvalidTransitionRequest(
-                f"'{edge.trigger}' of job {request.job_id} given job {locked.job_id}'s row"
-            )
-        read = locked.start_time, request.fence if request.fence is not None else locked.lease_epoch
+    read = _read_ahead(connection, edge, request, locked)
     if read is None:
         return NotFound(request.job_id)
     start_time, lease_epoch = read
@@ -334,23 +327,30 @@ def _check_request(edge: Edge, request: TransitionRequest) -> None:
 
 
 def _read_ahead(
-    connection: Connection, edge: Edge, request: TransitionRequest
+    connection: Connection, edge: Edge, request: TransitionRequest, locked: LockedRow | None
 ) -> tuple[datetime | None, int] | None:
     """What the move needs from the row before its compare-and-set, in at most one read: its
     ``start_time`` (for an edge that records the duration) and its ``lease_epoch`` (for the
     history row of an unfenced move; a fenced one records its fence). ``None`` when the job does
-    not exist.
+    not exist. With ``locked`` (the caller read the row under its lock), nothing is read; one of
+    another job raises ``InvalidTransitionRequest`` before any SQL.
 
     The read locks the row (``FOR UPDATE``; on SQLite the transaction holds the write lock), so
     the epoch read is the one the move is made under, as the compare-and-set would lock it next.
     ``start_time`` is written once, by 'submitted', so it cannot change meanwhile either.
     """
+    if locked is not None and locked.job_id != request.job_id:
+        raise InvalidTransitionRequest(
+            f"'{edge.trigger}' of job {request.job_id} given job {locked.job_id}'s row"
+        )
     if request.fence is not None and Record.DURATION not in edge.records:
         return None, request.fence
-    row = connection.execute(_READ_AHEAD, {"w_id": request.job_id}).one_or_none()
-    if row is None:
-        return None
-    return row.start_time, request.fence if request.fence is not None else int(row.lease_epoch)
+    if locked is None:
+        row = connection.execute(_READ_AHEAD, {"w_id": request.job_id}).one_or_none()
+        if row is None:
+            return None
+        locked = LockedRow(request.job_id, row.start_time, int(row.lease_epoch))
+    return locked.start_time, request.fence if request.fence is not None else locked.lease_epoch
 
 
 def _recorded_values(

@@ -294,13 +294,9 @@ class SpiderJobUnmatched(CoordinatorError, LookupError):
 _IN_FLIGHT = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
     _jobs.c.spider_id == bindparam("spider_id"), _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES)
 )
-_IN_FLIGHT_LOCKED = (
-    select(
-        _jobs.c.id, _jobs.c.status, _jobs.c.committed_at, _jobs.c.start_time, _jobs.c.lease_epoch
-    )
-    .where(_jobs.c.spider_id == bindparam("spider_id"), _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES))
-    .with_for_update()
-)
+_IN_FLIGHT_LOCKED = _IN_FLIGHT.add_columns(
+    _jobs.c.start_time, _jobs.c.lease_epoch
+).with_for_update()
 
 
 def in_flight_job_of(connection: Connection, spider_job_id: int) -> tuple[int, JobStatus]:
