@@ -60,7 +60,6 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Annotated, Any, Literal, NoReturn
 
-import zstandard
 from pydantic import Field, ValidationError, field_validator
 
 from coordinator.errors import CoordinatorError
@@ -77,7 +76,12 @@ from coordinator.serde import (
     unpack_wire,
 )
 from coordinator.task_io import AwsAuthentication
-from coordinator.zstd_frames import ZstdFramesError, ZstdOutputTooLarge, decode_zstd_frames
+from coordinator.zstd_frames import (
+    ZstdFramesError,
+    ZstdOutputTooLarge,
+    compress_frame,
+    decode_zstd_frames,
+)
 
 ZSTD_LEVEL = 3
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
@@ -171,7 +175,7 @@ class ClpIoConfig(WireStruct):
 
 def encode_clp_io_config(config: ClpIoConfig) -> bytes:
     """The blob CLP's writers store: zstd (level 3, content size in the header) of named msgpack."""
-    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(pack(config.to_named()))
+    return compress_frame(pack(config.to_named()), ZSTD_LEVEL)
 
 
 def decode_clp_io_config(blob: bytes) -> ClpIoConfig:

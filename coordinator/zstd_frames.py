@@ -1,11 +1,15 @@
-"""Every zstd frame of a blob, read as Rust's ``zstd::stream::decode_all`` reads it.
+"""Every zstd frame of a blob, read as Rust's ``zstd::stream::decode_all`` reads it; one frame
+written.
 
 Spider compresses job inputs and outputs with zstd (``coordinator.spider.wire``) and CLP stores the
 job config as zstd over msgpack (``coordinator.job_config``); both are decoded by Rust's
-``zstd::stream::decode_all``, which this module reproduces once for both.
+``zstd::stream::decode_all``, which this module reproduces once for both, and both write one frame
+(``compress_frame``).
 """
 
 from __future__ import annotations
+
+import threading
 
 import zstandard
 
@@ -25,6 +29,26 @@ class ZstdFramesError(CoordinatorError, ValueError):
 
 class ZstdOutputTooLarge(ZstdFramesError):
     """Output past the caller's limit (Rust sets none; this one protects the process)."""
+
+
+_compressors = threading.local()
+
+
+def compress_frame(data: bytes, level: int) -> bytes:
+    """``data`` as one zstd frame at ``level``, its content size in the header (what
+    ``zstandard.ZstdCompressor(level=level).compress`` writes).
+
+    Each thread keeps one compressor per level: making its context costs as much as compressing
+    a job's few hundred bytes, and a context may be reused (each ``compress`` starts a new frame)
+    but not shared between threads.
+    """
+    by_level: dict[int, zstandard.ZstdCompressor] | None = getattr(_compressors, "by_level", None)
+    if by_level is None:
+        by_level = _compressors.by_level = {}
+    compressor = by_level.get(level)
+    if compressor is None:
+        compressor = by_level[level] = zstandard.ZstdCompressor(level=level)
+    return compressor.compress(data)
 
 
 _ZSTD_CHUNK = 1024

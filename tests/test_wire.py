@@ -13,6 +13,7 @@ a short count header and a payload that runs past the end, with the reasons belo
 from __future__ import annotations
 
 import struct
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import zstandard
@@ -26,7 +27,7 @@ from coordinator.spider.wire import (
     decode_job_outputs,
     decompress,
 )
-from coordinator.zstd_frames import ZstdFramesError, decode_zstd_frames
+from coordinator.zstd_frames import ZstdFramesError, compress_frame, decode_zstd_frames
 from tests.engine_support import graph, task
 from tests.vectors import load_vector
 
@@ -167,3 +168,22 @@ def test_output_past_the_limit_is_refused() -> None:
     with pytest.raises(ZstdFramesError, match="inflates past"):
         decode_zstd_frames(bomb, 1024 * 1024)
     assert MAX_DECOMPRESSED_BYTES == 256 * 1024 * 1024
+
+
+def test_a_reused_compressor_writes_each_frame_as_a_fresh_one_in_every_thread() -> None:
+    # compress_frame keeps one compressor per thread and level: every call must still write the
+    # whole frame a new compressor writes (content size in the header), whatever came before it
+    # on that thread, and threads must not share a context.
+    blobs = [GRAPH_JSON, b"", b"x" * 70_000, GRAPH_JSON[:100]]
+    expected = [zstandard.ZstdCompressor(level=3).compress(blob) for blob in blobs]
+
+    def compress_all() -> list[bytes]:
+        return [compress_frame(blob, 3) for _ in range(50) for blob in blobs]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = [future.result() for future in [pool.submit(compress_all) for _ in range(4)]]
+    for result in results:
+        assert result == expected * 50
+    assert compress_frame(GRAPH_JSON, 1) == zstandard.ZstdCompressor(level=1).compress(GRAPH_JSON)
+    frame = zstandard.get_frame_parameters(compress_frame(GRAPH_JSON, 3))
+    assert frame.content_size == len(GRAPH_JSON)

@@ -23,10 +23,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-import zstandard
-
 from coordinator.errors import CoordinatorError
-from coordinator.zstd_frames import ZstdFramesError, decode_zstd_frames
+from coordinator.zstd_frames import ZstdFramesError, compress_frame, decode_zstd_frames
 
 ZSTD_LEVEL = 3
 """Spider compresses with level 0, which zstd takes as its default, 3."""
@@ -96,7 +94,7 @@ def decode_frame(frame: bytes) -> list[bytes]:
 
 def compress(data: bytes) -> bytes:
     """zstd, as Spider's client writes it."""
-    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
+    return compress_frame(data, ZSTD_LEVEL)
 
 
 def decompress(data: bytes, what: str) -> bytes:
