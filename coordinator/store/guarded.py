@@ -59,6 +59,7 @@ from coordinator.lifecycle import (
     state_of,
     stored_status,
 )
+from coordinator.store.expressions import in_constants
 from coordinator.store.messages import fit_status_msg
 from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.store.schema import job_transitions as _history
@@ -451,7 +452,7 @@ def in_state(state: JobStatus) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = [
         _jobs.c.status == form.statuses[0]
         if len(form.statuses) == 1
-        else _jobs.c.status.in_(form.statuses)
+        else in_constants(_jobs.c.status, form.statuses)
     ]
     if form.committed is True:
         conditions.append(_jobs.c.committed_at.is_not(None))

@@ -24,6 +24,7 @@ from coordinator.lifecycle import (
 from coordinator.store import names
 from coordinator.store.clock import Clock, utc_now
 from coordinator.store.database import is_mysql, reading, retrying_deadlocks
+from coordinator.store.expressions import in_constants
 from coordinator.store.guarded import (
     Applied,
     LockedRow,
@@ -292,7 +293,8 @@ class SpiderJobUnmatched(CoordinatorError, LookupError):
 
 
 _IN_FLIGHT = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
-    _jobs.c.spider_id == bindparam("spider_id"), _jobs.c.status.in_(IN_FLIGHT_STATUS_VALUES)
+    _jobs.c.spider_id == bindparam("spider_id"),
+    in_constants(_jobs.c.status, IN_FLIGHT_STATUS_VALUES),
 )
 _IN_FLIGHT_LOCKED = _IN_FLIGHT.add_columns(
     _jobs.c.start_time, _jobs.c.lease_epoch

@@ -49,6 +49,7 @@ from sqlalchemy import (
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus, state_of
 from coordinator.store.database import reading
+from coordinator.store.expressions import in_constants
 from coordinator.store.schema import compression_jobs as _jobs
 
 BATCH = 500
@@ -124,7 +125,7 @@ def _in_flight_candidates(skipping: bool) -> Select[Any]:
     c = _jobs.c
     return _candidates(
         [c.id, c.lease_epoch, c.status, c.spider_id, c.clp_config, c.committed_at],
-        [c.status.in_(IN_FLIGHT_STATUS_VALUES), c.spider_id.is_not(None)],
+        [in_constants(c.status, IN_FLIGHT_STATUS_VALUES), c.spider_id.is_not(None)],
         skipping,
     )
 

@@ -39,6 +39,7 @@ from sqlalchemy.engine import Engine
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus
 from coordinator.store.database import reading
+from coordinator.store.expressions import in_constants
 from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.store.schema import stored_archives as _stored
 
@@ -276,7 +277,7 @@ def unattributed_orphans(
         select(_jobs.c.id)
         .where(
             _jobs.c.spider_id == _stored.c.spider_job_id,
-            _jobs.c.status.in_([int(JobStatus.PENDING), *IN_FLIGHT_STATUS_VALUES]),
+            in_constants(_jobs.c.status, [int(JobStatus.PENDING), *IN_FLIGHT_STATUS_VALUES]),
         )
         .exists()
     )
