@@ -112,7 +112,7 @@ def instant_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         stored_at=utc_now(),
     )
     who = f"instant compress task {ctx.job_id}/{ctx.task_id}#{ctx.instance_id}"
-    record_ids = record_storing(engine, [record], who=who, doing=f"{who} recording")
+    record_ids = record_storing(engine, [record], doing=f"{who} recording")
     record_stored(engine, [record], record_ids, doing=f"{who} marking stored")
     output = CompressionTaskOutput(dataset=dataset, archives=[archive])
     return [output.to_msgpack()]

@@ -69,11 +69,15 @@ from coordinator.store import migrate
 from coordinator.store.archives import CommitRefused, publish_archives, published_archives_of_job
 from coordinator.store.database import create_database_engine, is_transient
 from coordinator.store.datasets import archives_table
-from coordinator.store.jobs import JobStore, SpiderJobUnmatched, in_flight_job_of
+from coordinator.store.jobs import JobStore
 from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.store.schema import job_transitions as _history
 from coordinator.store.schema import stored_archives as _stored
-from coordinator.store.stored_archives import StoredArchiveRecord, record_stored_archive
+from coordinator.store.stored_archives import (
+    StoredArchiveRecord,
+    begin_storing_attributed,
+    mark_stored,
+)
 from coordinator.task_io import ArchiveMetadata
 
 DATASET = "web"
@@ -204,11 +208,7 @@ def store_archive(
     location = directory / archive_id
     location.write_bytes(b"archive")
     with engine.begin() as connection:
-        try:
-            owner: int | None = in_flight_job_of(connection, spider_job_id)[0]
-        except SpiderJobUnmatched:
-            owner = None
-        record_stored_archive(
+        record_id = begin_storing_attributed(
             connection,
             StoredArchiveRecord(
                 spider_job_id=spider_job_id,
@@ -219,9 +219,9 @@ def store_archive(
                 location=str(location),
                 size=7,
                 stored_at=clock.utc(),
-                job_id=owner,
             ),
         )
+        mark_stored(connection, record_id, clock.utc())
     return ArchiveMetadata(
         id=archive_id, begin_timestamp=1, end_timestamp=2, size=7, uncompressed_size=70
     )

@@ -13,7 +13,7 @@ from sqlalchemy import Dialect, column
 from sqlalchemy.dialects import mysql, sqlite
 
 from coordinator.lifecycle import EDGES
-from coordinator.store import jobs, leases
+from coordinator.store import jobs, leases, stored_archives
 from coordinator.store.expressions import in_constants
 from coordinator.store.guarded import _guarded_update
 
@@ -28,7 +28,8 @@ def test_no_state_guard_is_expanded_per_execution(dialect: Dialect) -> None:
         for fenced in (False, True)
         for unless in (False, True)
     ]
-    statements += [jobs._IN_FLIGHT, jobs._IN_FLIGHT_LOCKED, leases._in_flight_candidates(False)]
+    statements += [jobs._IN_FLIGHT_LOCKED, leases._in_flight_candidates(False)]
+    statements.append(stored_archives._INSERT_STORING_ATTRIBUTED)
     for statement in statements:
         compiled = str(statement.compile(dialect=dialect))
         assert "POSTCOMPILE" not in compiled, compiled

@@ -1,15 +1,16 @@
 """What the compress task's outbox records cost (issue 14), and that a repeat still finds its own.
 
-``record_storing`` is one transaction: the owning job's look-up and the inserts. A first attempt no
-longer reads the Spider job's earlier records (instance ids are never reused, so the instance has
-none yet); an attempt after an ambiguous failure still does, and finds what the failed one
-inserted. SQLite and MariaDB.
+``record_storing`` is one transaction of inserts, each resolving the owning job in its own statement
+(no read of the job before). A first attempt does not read the Spider job's earlier records either
+(instance ids are never reused, so the instance has none yet); an attempt after an ambiguous
+failure still does, and finds what the failed one inserted. SQLite and MariaDB.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +67,11 @@ def test_a_first_attempt_records_storing_in_one_transaction_without_reading_reco
     batch = [stored_record(DATASET, "a0", None), stored_record(DATASET, "a1", None)]
 
     with _statements(migrated_engine) as (statements, commits):
-        ids = records.record_storing(migrated_engine, batch, who="test", doing="recording")
+        ids = records.record_storing(migrated_engine, batch, doing="recording")
 
-    assert _reads_of_records(statements) == []
+    assert [s for s in statements if s.lstrip().upper().startswith("SELECT")] == []
+    inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT")]
+    assert len(inserts) == len(batch)  # one per record, the owner resolved in it
     assert commits == ["commit"]
     with migrated_engine.connect() as connection:
         found = stored_archives(connection, SPIDER_ID)
@@ -101,7 +104,7 @@ def test_an_attempt_after_an_ambiguous_failure_finds_the_records_the_first_inser
         return ids
 
     monkeypatch.setattr(records, "_begin_storing_once", committed_then_lost)
-    ids = records.record_storing(migrated_engine, batch, who="test", doing="recording")
+    ids = records.record_storing(migrated_engine, batch, doing="recording")
 
     assert repeats == [False, True]
     with migrated_engine.connect() as connection:
@@ -134,3 +137,32 @@ def test_the_instant_compress_task_of_the_benchmarks_records_as_the_real_one(
         (1, STORED, job_id),
         (2, STORED, job_id),
     ]
+
+
+def _storing_owner(engine: Engine, spider_id: int) -> int | None:
+    record = replace(stored_record(DATASET, f"archive-{spider_id}", 999), spider_job_id=spider_id)
+    ids = records.record_storing(engine, [record], doing="test")
+    with engine.connect() as connection:
+        found = {r.id: r for r in stored_archives(connection, spider_id)}
+    return found[ids[0]].job_id
+
+
+def test_the_insert_attributes_a_record_to_the_one_job_in_flight_with_its_spider_job(
+    store: JobStore, migrated_engine: Engine
+) -> None:
+    """As the look-up it replaces: the one Running or Committed job recording the Spider job id
+    owns the record (the caller's ``job_id`` is ignored); terminal and Pending rows never do;
+    none, or several in flight, leave it unattributed for the commit or the sweep."""
+    assert _storing_owner(migrated_engine, 100) is None
+    for status in (JobStatus.PENDING, JobStatus.SUCCEEDED, JobStatus.FAILED):
+        new_job_in(store, status, spider_id=101)
+    assert _storing_owner(migrated_engine, 101) is None
+    running = new_job_in(store, JobStatus.RUNNING, spider_id=102)
+    new_job_in(store, JobStatus.RUNNING, spider_id=1102)
+    assert _storing_owner(migrated_engine, 102) == running
+    new_job_in(store, JobStatus.SUCCEEDED, spider_id=103)
+    committed = new_job_in(store, JobStatus.COMMITTED, spider_id=103)
+    assert _storing_owner(migrated_engine, 103) == committed
+    new_job_in(store, JobStatus.RUNNING, spider_id=104)
+    new_job_in(store, JobStatus.COMMITTED, spider_id=104)
+    assert _storing_owner(migrated_engine, 104) is None

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import ColumnElement, literal_column
+from sqlalchemy import ColumnElement, and_, literal_column
+
+from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES
+from coordinator.store.schema import compression_jobs as _jobs
 
 
 def in_constants(column: ColumnElement[Any], values: Iterable[int]) -> ColumnElement[bool]:
@@ -17,3 +20,14 @@ def in_constants(column: ColumnElement[Any], values: Iterable[int]) -> ColumnEle
     integers, which ``int`` renders exactly: never for values a caller or a row supplies.
     """
     return column.in_([literal_column(str(int(value))) for value in values])
+
+
+def in_flight_recording(spider_id: ColumnElement[Any]) -> ColumnElement[bool]:
+    """The rows of the Running or Committed jobs that record the Spider job ``spider_id``.
+
+    A Spider job id alone is not an identity (CLP's Rust coordinator, an earlier engine or a reset
+    Spider may have used it before): a terminal row never owns a Spider job's effects.
+    """
+    return and_(
+        _jobs.c.spider_id == spider_id, in_constants(_jobs.c.status, IN_FLIGHT_STATUS_VALUES)
+    )

@@ -15,7 +15,6 @@ from coordinator.errors import CoordinatorError
 from coordinator.lifecycle import (
     DEFAULT_COMMITTED_STORAGE,
     EDGES,
-    IN_FLIGHT_STATUS_VALUES,
     Actor,
     CommittedStorage,
     JobStatus,
@@ -24,7 +23,7 @@ from coordinator.lifecycle import (
 from coordinator.store import names
 from coordinator.store.clock import Clock, utc_now
 from coordinator.store.database import is_mysql, reading, retrying_deadlocks
-from coordinator.store.expressions import in_constants
+from coordinator.store.expressions import in_flight_recording
 from coordinator.store.guarded import (
     Applied,
     LockedRow,
@@ -292,31 +291,25 @@ class SpiderJobUnmatched(CoordinatorError, LookupError):
     """No in-flight compression job records the Spider job id, or several do."""
 
 
-_IN_FLIGHT = select(_jobs.c.id, _jobs.c.status, _jobs.c.committed_at).where(
-    _jobs.c.spider_id == bindparam("spider_id"),
-    in_constants(_jobs.c.status, IN_FLIGHT_STATUS_VALUES),
+_IN_FLIGHT_LOCKED = (
+    select(
+        _jobs.c.id, _jobs.c.status, _jobs.c.committed_at, _jobs.c.start_time, _jobs.c.lease_epoch
+    )
+    .where(in_flight_recording(bindparam("spider_id")))
+    .with_for_update()
 )
-_IN_FLIGHT_LOCKED = _IN_FLIGHT.add_columns(
-    _jobs.c.start_time, _jobs.c.lease_epoch
-).with_for_update()
 
 
-def in_flight_job_of(connection: Connection, spider_job_id: int) -> tuple[int, JobStatus]:
-    """The id and state of the one Running or Committed job that records ``spider_job_id``.
+def lock_in_flight_job(connection: Connection, spider_job_id: int) -> tuple[JobStatus, LockedRow]:
+    """The state of the one Running or Committed job that records ``spider_job_id``, its row
+    read ``FOR UPDATE`` (on SQLite, under the transaction's write lock), and what a move of it
+    needs (``LockedRow``), so that the move, made next in this transaction, reads the row no more.
 
     A Spider job id alone is not an identity: CLP's Rust coordinator, an earlier engine or a reset
     Spider may have used it before, so terminal rows never match (their Spider job is over) and
     several in-flight rows are an ambiguity reported rather than guessed. Raises
     ``SpiderJobUnmatched`` saying which case it is, or the driver's errors.
     """
-    row = _the_one_in_flight(connection, _IN_FLIGHT, spider_job_id)
-    return int(row.id), state_of(row.status, row.committed_at)
-
-
-def lock_in_flight_job(connection: Connection, spider_job_id: int) -> tuple[JobStatus, LockedRow]:
-    """``in_flight_job_of``, its row read ``FOR UPDATE`` (on SQLite, under the transaction's write
-    lock): the job's state, and what a move of it needs (``LockedRow``), so that the move, made
-    next in this transaction, reads the row no more. Raises as ``in_flight_job_of``."""
     row = _the_one_in_flight(connection, _IN_FLIGHT_LOCKED, spider_job_id)
     locked = LockedRow(int(row.id), row.start_time, int(row.lease_epoch))
     return state_of(row.status, row.committed_at), locked

@@ -34,12 +34,23 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.engine import Engine
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus
 from coordinator.store.database import reading
-from coordinator.store.expressions import in_constants
+from coordinator.store.expressions import in_constants, in_flight_recording
 from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.store.schema import stored_archives as _stored
 
@@ -53,6 +64,11 @@ _BATCH = 1000
 # The statements every compress task and commit runs, built once: SQLAlchemy then reuses their
 # memoized cache keys and compiled forms instead of rebuilding both per call (~5x cheaper here).
 _INSERT = insert(_stored)
+_INSERT_STORING_ATTRIBUTED = insert(_stored).values(
+    job_id=select(case((func.count() == 1, func.min(_jobs.c.id))))
+    .where(in_flight_recording(bindparam("w_spider_job")))
+    .scalar_subquery()
+)
 _MARK_STORED = (
     update(_stored)
     .where(_stored.c.id == bindparam("record_id"), _stored.c.state == STORING)
@@ -145,6 +161,21 @@ def record_stored_archive(connection: Connection, record: StoredArchiveRecord) -
 def begin_storing(connection: Connection, record: StoredArchiveRecord) -> int:
     """Insert ``record`` in state ``storing`` (before the archive is stored); its id."""
     return record_stored_archive(connection, replace(record, state=STORING, id=None))
+
+
+def begin_storing_attributed(connection: Connection, record: StoredArchiveRecord) -> int:
+    """``begin_storing`` of ``record`` (whose ``job_id`` is ignored), attributed in the same
+    statement to the one Running or Committed job that records its Spider job id; ``NULL`` when
+    none or several do (the commit or the coordinator's sweep attributes it later). Its id.
+
+    One round trip where reading the owner first would take two: the compress task's record of
+    every archive. Raises the driver's errors.
+    """
+    values = {k: v for k, v in _values(record).items() if k != "job_id"}
+    parameters = {**values, "state": STORING, "w_spider_job": record.spider_job_id}
+    key = connection.execute(_INSERT_STORING_ATTRIBUTED, parameters).inserted_primary_key
+    assert key is not None
+    return int(key[0])
 
 
 def mark_stored(connection: Connection, record_id: int, stored_at: datetime) -> bool:

@@ -687,9 +687,7 @@ def _store_and_record(
     ]
     named = ", ".join(archive.id for archive in archives)
     try:
-        record_ids = record_storing(
-            engine, records, who=who, doing=f"{who} recording archive(s) {named}"
-        )
+        record_ids = record_storing(engine, records, doing=f"{who} recording archive(s) {named}")
     except SQLAlchemyError as error:
         raise TaskError(
             f"cannot record archive(s) {named} before storing them at "

@@ -1,8 +1,8 @@
 """The compress task's outbox records of an attempt: ``storing`` before its files, ``stored`` after.
 
-``record_storing`` inserts every archive's record in state ``storing`` in one transaction (which
-also resolves the owning compression job), committed before any file is stored; ``record_stored``
-marks them all ``stored`` in one transaction after the last file is stored
+``record_storing`` inserts every archive's record in state ``storing`` in one transaction (each
+insert also resolves the owning compression job), committed before any file is stored;
+``record_stored`` marks them all ``stored`` in one transaction after the last file is stored
 (``coordinator.store.stored_archives`` says why the order matters). Both wait out a database outage
 (``coordinator.engine.tasks.database.wait_out_outages``) and are safe to repeat after an ambiguous
 failure: a record this instance already inserted, or already marked, is found rather than written
@@ -11,45 +11,41 @@ twice. The benchmarks' instant compress task (``bench.noop``) runs the same two 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection, Engine
 
 from coordinator.engine.tasks.database import wait_out_outages
 from coordinator.store.clock import utc_now
-from coordinator.store.jobs import SpiderJobUnmatched, in_flight_job_of
 from coordinator.store.stored_archives import (
     STORED,
     StoredArchiveRecord,
-    begin_storing,
+    begin_storing_attributed,
     mark_stored,
     stored_archives,
 )
 
-logger = logging.getLogger(__name__)
-
 
 def record_storing(
-    engine: Engine, records: Sequence[StoredArchiveRecord], *, who: str, doing: str
+    engine: Engine, records: Sequence[StoredArchiveRecord], *, doing: str
 ) -> list[int]:
     """Insert ``records`` (one task instance's) as ``storing`` in one transaction; their ids.
 
-    The owning job is resolved in the same transaction (``None`` when not exactly one in-flight
-    job records the Spider job id: the commit or the coordinator's sweep attributes them later).
-    Only an attempt after a failed one looks for records already inserted: instance ids are never
-    reused, so before this call's first attempt the instance has none. ``who`` names the task in
-    logs, ``doing`` the step while an outage is waited out. Raises the driver's non-transient
-    errors (whatever was inserted was then rolled back, or is found by a repeat).
+    Each record's insert resolves the owning job in its own statement (``NULL`` when not exactly
+    one in-flight job records the Spider job id: the commit or the coordinator's sweep attributes
+    it later; ``begin_storing_attributed``). Only an attempt after a failed one looks for records
+    already inserted: instance ids are never reused, so before this call's first attempt the
+    instance has none. ``doing`` names the step while an outage is waited out. Raises the
+    driver's non-transient errors (whatever was inserted was then rolled back, or is found by a
+    repeat).
     """
     attempts = 0
 
     def attempt() -> list[int]:
         nonlocal attempts
         attempts += 1
-        return _begin_storing_once(engine, records, who, repeat=attempts > 1)
+        return _begin_storing_once(engine, records, repeat=attempts > 1)
 
     return wait_out_outages(attempt, doing=doing)
 
@@ -70,10 +66,9 @@ def record_stored(
 
 
 def _begin_storing_once(
-    engine: Engine, records: Sequence[StoredArchiveRecord], who: str, *, repeat: bool
+    engine: Engine, records: Sequence[StoredArchiveRecord], *, repeat: bool
 ) -> list[int]:
     with engine.begin() as connection:
-        job_id = _owning_job(connection, records[0].spider_job_id, who)
         mine = _own_records(connection, records[0]) if repeat else {}
         ids: list[int] = []
         for record in records:
@@ -81,7 +76,7 @@ def _begin_storing_once(
             if existing is not None and existing.id is not None:
                 ids.append(existing.id)
             else:
-                ids.append(begin_storing(connection, replace(record, job_id=job_id)))
+                ids.append(begin_storing_attributed(connection, record))
         return ids
 
 
@@ -113,15 +108,3 @@ def _own_records(
         for existing in stored_archives(connection, record.spider_job_id)
         if existing.instance_id == record.instance_id
     }
-
-
-def _owning_job(connection: Connection, spider_job_id: int, who: str) -> int | None:
-    """The compression job this Spider job runs for, when exactly one in-flight job records it.
-
-    Raises the driver's errors.
-    """
-    try:
-        return in_flight_job_of(connection, spider_job_id)[0]
-    except SpiderJobUnmatched as unmatched:
-        logger.debug("%s: its archives stay unattributed: %s", who, unmatched)
-        return None
