@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+import zstandard
 
 from coordinator.spider.policy import (
     DEFAULT_POLICY,
@@ -96,6 +97,27 @@ def test_the_coordinators_graph_is_clps_plus_a_cleanup_task() -> None:
     }
     assert value == expected
     assert decode_task_graph(_vector_job().compressed_task_graph()).cleanup_task is not None
+
+
+def test_jobs_of_one_shape_share_one_graph_and_its_zstd_frame() -> None:
+    """The graph depends only on the partitions' object counts and the policies: jobs of one
+    shape share it (and its compressed form, made once); another shape gets its own."""
+    first, second = _vector_job(), _vector_job()
+    assert first.task_graph is second.task_graph
+    assert first.compressed_task_graph() is second.compressed_task_graph()
+    fresh = zstandard.ZstdCompressor(level=3).compress(first.task_graph.to_json_text().encode())
+    assert first.compressed_task_graph() == fresh
+    assert first.inputs == second.inputs
+    assert _vector_job(cleanup_task=False).task_graph is not first.task_graph
+    other = build_compression_job(
+        [_source(3)],
+        OPTION,
+        "default",
+        compression_task_max_retry=2,
+        commit_policy=commit_task_policy(2, 10, 20),
+    )
+    assert other.task_graph is not first.task_graph
+    assert decode_task_graph(other.compressed_task_graph()).tasks == other.task_graph.tasks
 
 
 def test_job_inputs_are_option_dataset_source_per_task() -> None:

@@ -170,7 +170,11 @@ class TaskGraph:
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
 
     def compressed(self) -> bytes:
-        """``compressed_serialized_task_graph``: zstd of the JSON text."""
+        """``compressed_serialized_task_graph``: zstd of the JSON text (made once per graph)."""
+        return self._compressed
+
+    @functools.cached_property
+    def _compressed(self) -> bytes:
         return compress(self.to_json_text().encode())
 
     @property
@@ -234,27 +238,39 @@ def build_compression_job(
     if not sources:
         raise InvalidTaskGraph("task graph must contain at least one task")
     option_payload, dataset_payload = option.to_msgpack(), encode_dataset(dataset)
-    tasks, inputs = [], []
+    inputs: list[bytes] = []
     for source in sources:
-        tasks.append(
-            TaskDescriptor(
-                tdl_context=TdlContext(CLP_PACKAGE, COMPRESS_TASK),
-                inputs=tuple(struct_value(name) for name in COMPRESS_INPUT_TYPES),
-                outputs=(struct_value(COMPRESS_OUTPUT_TYPE),),
-                execution_policy=compression_task_policy(
-                    len(source.object_keys), compression_task_max_retry
-                ),
-            )
-        )
         inputs += [option_payload, dataset_payload, source.to_msgpack()]
-    graph = TaskGraph(
-        tasks=tuple(tasks),
+    policies = tuple(
+        compression_task_policy(len(source.object_keys), compression_task_max_retry)
+        for source in sources
+    )
+    return JobSubmission(_compression_graph(policies, commit_policy, cleanup_task), tuple(inputs))
+
+
+@functools.lru_cache(maxsize=256)
+def _compression_graph(
+    policies: tuple[ExecutionPolicy, ...], commit_policy: ExecutionPolicy, cleanup_task: bool
+) -> TaskGraph:
+    """The graph of ``build_compression_job``, one compress task per policy. Jobs of one shape
+    (as many partitions, as many objects in each) share one graph, which they never change
+    (frozen): its JSON text and zstd frame are then made once for all (``TaskGraph.compressed``)."""
+    tasks = tuple(
+        TaskDescriptor(
+            tdl_context=TdlContext(CLP_PACKAGE, COMPRESS_TASK),
+            inputs=tuple(struct_value(name) for name in COMPRESS_INPUT_TYPES),
+            outputs=(struct_value(COMPRESS_OUTPUT_TYPE),),
+            execution_policy=policy,
+        )
+        for policy in policies
+    )
+    return TaskGraph(
+        tasks=tasks,
         commit_task=TerminationTask(TdlContext(CLP_PACKAGE, COMMIT_TASK), commit_policy),
         cleanup_task=TerminationTask(TdlContext(CLP_PACKAGE, CLEANUP_TASK), commit_policy)
         if cleanup_task
         else None,
     )
-    return JobSubmission(graph, tuple(inputs))
 
 
 _GRAPH_REFUSED = "bad request: failed to deserialize the compressed task graph: "
