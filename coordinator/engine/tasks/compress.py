@@ -660,10 +660,10 @@ def _store_and_record(
     the records as soon as they are inserted, so the roll-back removes what a failure left
     half-stored.
 
-    Two write transactions whatever the number of archives: the owning job's look-up and every
-    ``storing`` record in the first (committed before any file is stored), every ``stored`` mark in
-    the second (after the last file is stored); both wait out an outage and are safe to repeat
-    (``coordinator.engine.tasks.records``).
+    Two write transactions whatever the number of archives: every ``storing`` record, each
+    resolving its owning job in its insert, in the first (committed before any file is stored),
+    every ``stored`` mark in the second (after the last file is stored); both wait out an outage
+    and are safe to repeat (``coordinator.engine.tasks.records``).
     """
     if not archives:
         return
