@@ -13,32 +13,41 @@ The stored forms come from ``coordinator.lifecycle.storage``: Running is ``statu
 committed_at IS NULL``, Committed is ``status IN (1, 5) AND committed_at IS NOT NULL``, and a move
 into Committed writes ``committed_at`` with the status its ``CommittedStorage`` setting selects.
 
-followed by a check of the matched row count and, when it matched, the history row (the rows of
-moves applied together, ``apply_transitions``, in one statement after them). The edge
-comes from ``coordinator.lifecycle`` (``plan_transition``), so an illegal move is refused before any
-SQL runs. Zero matched rows is a normal outcome: the job moved on (or another writer, such as CLP's
-legacy scheduler, got there first) and the caller receives a ``LostRace`` saying what the row holds
-now, or ``NotFound``. Nothing is overwritten. Each lost race is counted, by trigger
-(``clp_coordinator_lost_races_total``, ``coordinator.metrics``).
+The compare-and-set is followed by a check of the matched row count and, when it matched, the
+history row (the rows of moves applied together, ``apply_transitions``, in one statement after
+them). Fenced moves of one edge that write the same values, such as a tick's finalisations, are
+made together: one locking read of the rows that still hold what each request expects (``(id,
+spider_id, lease_epoch) IN (…)`` and the shared guards), then one ``UPDATE`` that repeats every
+guard, its row count checked against the rows read.
+
+The edge comes from ``coordinator.lifecycle`` (``plan_transition``), so an illegal move is
+refused before any SQL runs. Zero matched rows is a normal outcome: the job moved on (or another
+writer, such as CLP's legacy scheduler, got there first) and the caller receives a ``LostRace``
+saying what the row holds now, or ``NotFound``. Nothing is overwritten. Each lost race is
+counted, by trigger (``clp_coordinator_lost_races_total``, ``coordinator.metrics``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from typing import Any
 
 from sqlalchemy import (
+    Column,
     ColumnElement,
     Connection,
     Insert,
+    Select,
     Update,
-    and_,
     bindparam,
     func,
     insert,
     select,
+    tuple_,
     update,
 )
 
@@ -208,20 +217,32 @@ def apply_transitions(
     fit_message: Callable[[str], str] = fit_status_msg,
     committed_storage: CommittedStorage = DEFAULT_COMMITTED_STORAGE,
 ) -> list[TransitionResult]:
-    """``apply_transition`` of each of ``requests``, in order, inside the transaction open on
+    """``apply_transition`` of each of ``requests`` inside the transaction open on
     ``connection``; their results, in order.
 
-    Each is still its own compare-and-set checked by its own row count, so one that loses its
-    race leaves the others applied; the history rows of the applied ones are written after the
-    last compare-and-set, in one statement (one round trip, not one per move), in the same
-    transaction. Their ``Applied.history_id`` is ``None``: a multi-row INSERT does not give each
-    row's id on every backend (MySQL has no ``RETURNING``). Raises as ``apply_transition``; after
-    a database error the caller's transaction is to be rolled back, history rows and all.
+    One request's lost race leaves the others applied. Fenced moves of one edge that write the
+    same values (``TOGETHER_AT_LEAST`` or more, such as a tick's finalisations) are made together
+    (``_compare_and_set_together``): one locking read finds the rows that still match each one's
+    guards, one ``UPDATE`` with the same guards moves them, its row count checked against them;
+    the others each make their own compare-and-set. The history rows of the applied ones are
+    written after the last move, in one statement, in the same transaction. Their
+    ``Applied.history_id`` is ``None``: a multi-row INSERT does not give each row's id on every
+    backend (MySQL has no ``RETURNING``). Raises as ``apply_transition`` (and
+    ``GuardedWriteMismatch``); after a database error the caller's transaction is to be rolled
+    back, history rows and all.
     """
+    outcomes: dict[int, _Moved | LostRace | NotFound] = {}
+    for group in _groups(requests, now, fit_message, committed_storage):
+        together = _compare_and_set_together(
+            connection, [requests[index] for index in group.indices], group
+        )
+        outcomes.update(zip(group.indices, together, strict=True))
     results: list[TransitionResult] = []
     rows: list[dict[str, object]] = []
-    for request in requests:
-        moved = _compare_and_set(connection, request, now, fit_message, committed_storage)
+    for index, request in enumerate(requests):
+        moved = outcomes.get(index)
+        if moved is None:
+            moved = _compare_and_set(connection, request, now, fit_message, committed_storage)
         if isinstance(moved, _Moved):
             rows.append(_history_row(request, moved, now))
             results.append(Applied(request.job_id, moved.edge, now, None))
@@ -230,6 +251,96 @@ def apply_transitions(
     if rows:
         connection.execute(_HISTORY_INSERT, rows)
     return results
+
+
+TOGETHER_AT_LEAST = 3
+"""Fewer moves of a kind are made one by one: together costs two statements."""
+
+
+class GuardedWriteMismatch(CoordinatorError, RuntimeError):
+    """Moves made together changed another number of rows than their locking read matched.
+
+    Only a broken lock could cause it; the caller's transaction is to be rolled back."""
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Moves of one edge, fenced, with the same values to write: made together."""
+
+    indices: tuple[int, ...]
+    edge: Edge
+    unless_cancel_requested: bool
+    values: dict[str, object]
+
+
+def _groups(
+    requests: Sequence[TransitionRequest],
+    now: datetime,
+    fit_message: Callable[[str], str],
+    committed_storage: CommittedStorage,
+) -> list[_Group]:
+    """The moves of ``requests`` to make together: fenced ones whose compare-and-set reads nothing
+    first (no duration to compute), of jobs asked to move once, grouped by edge, statement and
+    values written; ``TOGETHER_AT_LEAST`` of a kind or more."""
+    kinds: dict[tuple[Any, ...], list[int]] = {}
+    values_of: dict[tuple[Any, ...], dict[str, object]] = {}
+    for index, request in enumerate(requests):
+        edge = validate_request(request)
+        if request.fence is None or Record.DURATION in edge.records:
+            continue
+        values = _set_values(
+            edge, request, now, fit_message, start_time=None, committed_storage=committed_storage
+        )
+        kind = (edge, request.unless_cancel_requested, tuple(sorted(values.items())))
+        kinds.setdefault(kind, []).append(index)
+        values_of[kind] = values
+    # A job asked to move twice is left to the one-by-one moves, which apply the first only.
+    requests_of_job = Counter(request.job_id for request in requests)
+    return [
+        _Group(tuple(indices), kind[0], kind[1], values_of[kind])
+        for kind, indices in kinds.items()
+        if len(indices) >= TOGETHER_AT_LEAST
+        and all(requests_of_job[requests[index].job_id] == 1 for index in indices)
+    ]
+
+
+def _compare_and_set_together(
+    connection: Connection, requests: Sequence[TransitionRequest], group: _Group
+) -> list[_Moved | LostRace | NotFound]:
+    """The moves of ``group`` (``requests``, in its order): each row that still holds what its
+    request expects, guards and fence included, is read ``FOR UPDATE`` (on SQLite the transaction
+    holds the write lock), then moved by one ``UPDATE`` that repeats every guard; every other
+    request is explained as ``_compare_and_set`` explains it. Raises ``GuardedWriteMismatch`` when
+    the ``UPDATE`` matched another number of rows than the locked read, and the driver's errors.
+    """
+    edge, unless = group.edge, group.unless_cancel_requested
+    keyed, _ = _guard_parts(edge, True, unless)
+    keys = {
+        r.job_id: tuple(_where_parameters(edge, r)[name] for _, name in keyed) for r in requests
+    }
+    read = _together_read(edge, unless)
+    matched = set(
+        connection.execute(read, {"w_ids": list(keys), "w_keys": list(keys.values())}).scalars()
+    )
+    if matched:
+        parameters = {
+            **group.values,
+            "w_ids": sorted(matched),
+            "w_keys": [keys[job_id] for job_id in sorted(matched)],
+        }
+        count = connection.execute(_together_update(edge, unless), parameters).rowcount
+        if count != len(matched):
+            raise GuardedWriteMismatch(
+                f"'{edge.trigger}' of {len(matched)} locked jobs changed {count} rows"
+            )
+    outcomes: list[_Moved | LostRace | NotFound] = []
+    for request in requests:
+        if request.job_id in matched:
+            assert request.fence is not None
+            outcomes.append(_Moved(edge, request.fence))
+        else:
+            outcomes.append(_no_match(connection, request, edge))
+    return outcomes
 
 
 @dataclass(frozen=True)
@@ -255,21 +366,49 @@ def _compare_and_set(
     if read is None:
         return NotFound(request.job_id)
     start_time, lease_epoch = read
+    values = _set_values(
+        edge, request, now, fit_message, start_time=start_time, committed_storage=committed_storage
+    )
+    statement = _guarded_update(edge, request.fence is not None, request.unless_cancel_requested)
+    matched = connection.execute(statement, {**values, **_where_parameters(edge, request)})
+    if matched.rowcount != 1:
+        return _no_match(connection, request, edge)
+    return _Moved(edge, lease_epoch)
+
+
+def _no_match(
+    connection: Connection, request: TransitionRequest, edge: Edge
+) -> LostRace | NotFound:
+    """Why ``request``'s compare-and-set matched no row (a lost race is counted)."""
+    outcome = _explain_no_match(connection, request)
+    if isinstance(outcome, LostRace):
+        metrics.LOST_RACES.labels(edge.trigger.value).inc()
+    return outcome
+
+
+def _set_values(
+    edge: Edge,
+    request: TransitionRequest,
+    now: datetime,
+    fit_message: Callable[[str], str],
+    *,
+    start_time: datetime | None,
+    committed_storage: CommittedStorage,
+) -> dict[str, object]:
+    """The parameters of what ``edge``'s compare-and-set writes (``v_<column>``)."""
     values = _recorded_values(edge, request, now, fit_message, start_time)
     values["v_status"] = stored_status(edge.dest, committed_storage)
-    values["w_id"] = request.job_id
+    return values
+
+
+def _where_parameters(edge: Edge, request: TransitionRequest) -> dict[str, object]:
+    """The parameters of ``request``'s own guards (``_guard_parts``' keyed conditions)."""
+    parameters: dict[str, object] = {"w_id": request.job_id}
     if RowGuard.SPIDER_ID_MATCHES in edge.guards:
-        values["w_spider_id"] = request.spider_id
+        parameters["w_spider_id"] = request.spider_id
     if request.fence is not None:
-        values["w_fence"] = request.fence
-    statement = _guarded_update(edge, request.fence is not None, request.unless_cancel_requested)
-    matched = connection.execute(statement, values).rowcount
-    if matched != 1:
-        outcome = _explain_no_match(connection, request)
-        if isinstance(outcome, LostRace):
-            metrics.LOST_RACES.labels(edge.trigger.value).inc()
-        return outcome
-    return _Moved(edge, lease_epoch)
+        parameters["w_fence"] = request.fence
+    return parameters
 
 
 def _history_row(request: TransitionRequest, moved: _Moved, now: datetime) -> dict[str, object]:
@@ -399,16 +538,61 @@ def _guarded_update(edge: Edge, fenced: bool, unless_cancel_requested: bool) -> 
     """The compare-and-set of ``edge`` (module docstring); its parameters are ``w_id``,
     ``w_spider_id`` (``SPIDER_ID_MATCHES``), ``w_fence`` (``fenced``), ``v_status`` and what
     ``_recorded_values`` gives (``v_lease_expires_at`` for a fenced terminal move)."""
-    guards: list[ColumnElement[bool]] = [_jobs.c.id == bindparam("w_id"), *in_state(edge.source)]
+    keyed, shared = _guard_parts(edge, fenced, unless_cancel_requested)
+    guards = [column == bindparam(name) for column, name in keyed]
+    return update(_jobs).where(*guards, *shared).values(_written(edge, fenced))
+
+
+@cache
+def _guard_parts(
+    edge: Edge, fenced: bool, unless_cancel_requested: bool
+) -> tuple[tuple[tuple[Column[Any], str], ...], tuple[ColumnElement[bool], ...]]:
+    """The conditions of ``edge``'s compare-and-set: the columns each request gives its own value
+    for, with the parameter's name (the id; the Spider job id for ``SPIDER_ID_MATCHES``; the
+    epoch when ``fenced``), and the conditions every request of the edge shares (the source
+    state's stored forms, ``SPIDER_ID_UNSET``, no cancel request)."""
+    keyed: list[tuple[Column[Any], str]] = [(_jobs.c.id, "w_id")]
+    shared: list[ColumnElement[bool]] = list(in_state(edge.source))
     for guard in edge.guards:
         if guard is RowGuard.SPIDER_ID_UNSET:
-            guards.append(_jobs.c.spider_id.is_(None))
+            shared.append(_jobs.c.spider_id.is_(None))
         elif guard is RowGuard.SPIDER_ID_MATCHES:
-            guards.append(_jobs.c.spider_id == bindparam("w_spider_id"))
+            keyed.append((_jobs.c.spider_id, "w_spider_id"))
     if fenced:
-        guards.append(_jobs.c.lease_epoch == bindparam("w_fence"))
+        keyed.append((_jobs.c.lease_epoch, "w_fence"))
     if unless_cancel_requested:
-        guards.append(_jobs.c.cancel_requested_at.is_(None))
+        shared.append(_jobs.c.cancel_requested_at.is_(None))
+    return tuple(keyed), tuple(shared)
+
+
+def _together_guards(edge: Edge, unless_cancel_requested: bool) -> list[ColumnElement[bool]]:
+    """``_guard_parts`` of fenced moves made together: ``w_ids`` the jobs' ids, ``w_keys`` each
+    one's keyed values (a tuple per job, in ``keyed``'s order), and the shared conditions."""
+    keyed, shared = _guard_parts(edge, True, unless_cancel_requested)
+    columns = [column for column, _ in keyed]
+    return [
+        _jobs.c.id.in_(bindparam("w_ids", expanding=True)),
+        tuple_(*columns).in_(bindparam("w_keys", expanding=True)),
+        *shared,
+    ]
+
+
+@cache
+def _together_read(edge: Edge, unless_cancel_requested: bool) -> Select[Any]:
+    """The ids of the rows that fenced moves of ``edge`` made together would move, locked."""
+    guards = _together_guards(edge, unless_cancel_requested)
+    return select(_jobs.c.id).where(*guards).with_for_update()
+
+
+@cache
+def _together_update(edge: Edge, unless_cancel_requested: bool) -> Update:
+    """The compare-and-set of fenced moves of ``edge`` made together, every guard repeated."""
+    guards = _together_guards(edge, unless_cancel_requested)
+    return update(_jobs).where(*guards).values(_written(edge, True))
+
+
+def _written(edge: Edge, fenced: bool) -> dict[str, object]:
+    """What ``edge``'s compare-and-set writes: each column from its ``v_<column>`` parameter."""
     columns = ["status", "update_time"]
     if Record.SUBMISSION in edge.records:
         columns += ["spider_id", "num_tasks", "start_time"]
@@ -430,7 +614,7 @@ def _guarded_update(edge: Edge, fenced: bool, unless_cancel_requested: bool) -> 
             _jobs.c.dispatch_time,
             bindparam("v_dispatch_time", type_=_jobs.c.dispatch_time.type),
         )
-    return update(_jobs).where(and_(*guards)).values(values)
+    return values
 
 
 _HISTORY_INSERT: Insert = insert(_history)
