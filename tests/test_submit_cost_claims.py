@@ -14,10 +14,11 @@ import pytest
 from sqlalchemy import Engine, event, select, update
 
 from coordinator.config.clp import CompressionCoordinator
-from coordinator.lifecycle import JobStatus
+from coordinator.lifecycle import EDGES, JobStatus
 from coordinator.service.driven import Loop
 from coordinator.service.lease_keeper import LeaseKeeper
 from coordinator.spider.port import SpiderPort
+from coordinator.store import leases
 from coordinator.store.jobs import JobStore
 from coordinator.store.schema import compression_jobs as _jobs
 from tests.test_submit_cost_reads import _blob
@@ -119,3 +120,41 @@ def test_a_claim_that_fails_claims_nothing(store: JobStore) -> None:
             recorded: (None, 0),
             running: ("dead", 2),  # the take-over rolled back with the rest
         }
+
+
+def test_the_pending_claims_skip_only_the_driven_jobs_still_pending(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every tick's Pending claims send the ids to skip: with up to 1,000 jobs in flight, only
+    the driven jobs still Pending belong there (no edge leads back into Pending), and a driven
+    job that moved on is still never claimed again (its row is not Pending)."""
+    assert not [edge for edge in EDGES if edge.dest is JobStatus.PENDING]
+    jobs = [store.create_job(_blob(1, [1], "web")) for _ in range(5)]
+    keeper = _keeper(store, max_concurrent_jobs=4)
+    assert keeper.claim() == 4
+    claimed = sorted(keeper.loop.driven)
+    moved_on = claimed[:3]
+    with store.engine.begin() as connection:  # as their 'submitted' moves leave them
+        connection.execute(
+            update(_jobs)
+            .where(_jobs.c.id.in_(moved_on))
+            .values(status=int(JobStatus.RUNNING), spider_id=70)
+        )
+    for job_id in moved_on:
+        keeper.loop.driven[job_id].status = JobStatus.RUNNING
+    del keeper.loop.driven[claimed[3]]  # a place frees up; its row stays Pending, leased to "a"
+
+    skips: list[set[int]] = []
+    real = leases.claim_pending
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        skips.append(set(kwargs["skip"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(leases, "claim_pending", recording)
+    assert keeper.claim() == 1
+    assert skips == [set(), set()]  # none of the driven jobs is still Pending
+    newly = set(keeper.loop.driven) - set(moved_on)
+    assert newly in ({claimed[3]}, {jobs[4]})  # a Pending row; never one that moved on
+    assert set(moved_on) <= set(keeper.loop.driven)
+    assert all(keeper.loop.driven[job_id].epoch == 1 for job_id in moved_on)

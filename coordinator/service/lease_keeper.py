@@ -84,6 +84,13 @@ class LeaseKeeper:
             return 0
         now = self.loop.store.clock()
         owner = self.loop.instance_id
+        # No edge leads into Pending, so of the driven jobs only those still Pending here can be
+        # Pending rows: the others need no place in the Pending claims' list of ids to skip,
+        # which every tick sends (and the server parses) while up to 1,000 jobs are in flight.
+        driven_pending = [
+            job_id for job_id, job in self.loop.driven.items() if job.status is JobStatus.PENDING
+        ]
+        pending_skip = self._foreign.union(driven_pending)
         with self.loop.engine.begin() as connection:
             taken = leases.take_over_in_flight(
                 connection,
@@ -102,7 +109,7 @@ class LeaseKeeper:
                 now=now,
                 limit=capacity - len(taken),
                 is_ours=self._is_ours,
-                skip=self._foreign | set(self.loop.driven),
+                skip=pending_skip,
                 recorded_spider_id=True,
             )
             claimed = leases.claim_pending(
@@ -112,7 +119,7 @@ class LeaseKeeper:
                 now=now,
                 limit=capacity - len(taken) - len(recorded),
                 is_ours=self._is_ours,
-                skip=self._foreign | set(self.loop.driven),
+                skip=pending_skip,
             )
         metrics.CLAIMS.labels("taken_over").inc(len(taken))
         metrics.CLAIMS.labels("recorded").inc(len(recorded))
