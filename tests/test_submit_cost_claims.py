@@ -5,7 +5,7 @@ and set on its own epoch; nothing is claimed when the transaction fails."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, cast
@@ -16,7 +16,7 @@ from sqlalchemy import Engine, event, select, update
 from coordinator.config.clp import CompressionCoordinator
 from coordinator.lifecycle import EDGES, JobStatus
 from coordinator.service.driven import Loop
-from coordinator.service.lease_keeper import LeaseKeeper
+from coordinator.service.lease_keeper import TAKE_OVER_SCANS_PER_LEASE, LeaseKeeper
 from coordinator.spider.port import SpiderPort
 from coordinator.store import leases
 from coordinator.store.jobs import JobStore
@@ -26,14 +26,18 @@ from tests.test_submit_cost_reads import _blob
 LEASE = timedelta(seconds=30)
 
 
-def _keeper(store: JobStore, max_concurrent_jobs: int = 1000) -> LeaseKeeper:
+def _keeper(
+    store: JobStore,
+    max_concurrent_jobs: int = 1000,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> LeaseKeeper:
     loop = Loop(
         store=store,
         spider=cast(SpiderPort, object()),  # a claim never calls the engine
         settings=CompressionCoordinator(max_concurrent_jobs=max_concurrent_jobs),
         instance_id="a",
         cleanup_task=True,
-        monotonic=time.monotonic,
+        monotonic=monotonic,
     )
     return LeaseKeeper(loop, lease_duration=LEASE, owns_undecodable_jobs=False, leaves_job=None)
 
@@ -158,3 +162,62 @@ def test_the_pending_claims_skip_only_the_driven_jobs_still_pending(
     assert newly in ({claimed[3]}, {jobs[4]})  # a Pending row; never one that moved on
     assert set(moved_on) <= set(keeper.loop.driven)
     assert all(keeper.loop.driven[job_id].epoch == 1 for job_id in moved_on)
+
+
+def _lapsed(store: JobStore, spider_id: int) -> int:
+    """A Running job whose coordinator died (its lease lapsed a minute ago)."""
+    job_id = store.create_job(_blob(1, [1], "web"))
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(_jobs)
+            .where(_jobs.c.id == job_id)
+            .values(
+                status=int(JobStatus.RUNNING),
+                spider_id=spider_id,
+                lease_owner="dead",
+                lease_epoch=2,
+                lease_expires_at=store.clock() - timedelta(minutes=1),
+            )
+        )
+    return job_id
+
+
+def test_take_overs_are_looked_for_once_per_interval_not_every_tick(
+    store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each look sends every driven job's id; a dead coordinator's job waits for its lease to
+    expire anyway, so looking 30 times per lease duration instead of every tick costs it at most
+    a thirtieth more. The first claim looks at once; a look whose claims failed is made again."""
+    seconds = [0.0]
+    keeper = _keeper(store, monotonic=lambda: seconds[0])
+    looks: list[int] = []
+    real = leases.take_over_in_flight
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        looks.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(leases, "take_over_in_flight", counted)
+    first = _lapsed(store, 81)
+    assert keeper.claim() == 1 and first in keeper.loop.driven and len(looks) == 1
+
+    second = _lapsed(store, 82)
+    pending = store.create_job(_blob(1, [1], "web"))
+    seconds[0] += 0.9  # within the interval: the Pending claims go on, no take-over look
+    assert keeper.claim() == 1 and pending in keeper.loop.driven and len(looks) == 1
+    seconds[0] += LEASE.total_seconds() / TAKE_OVER_SCANS_PER_LEASE
+    assert keeper.claim() == 1 and second in keeper.loop.driven and len(looks) == 2
+
+    third = _lapsed(store, 83)
+    seconds[0] += LEASE.total_seconds()
+
+    def failing(job_id: int, clp_config: bytes) -> bool:
+        raise RuntimeError("a bug in the ownership check")
+
+    store.create_job(_blob(1, [1], "web"))  # a Pending job the failing check is asked about
+    monkeypatch.setattr(keeper, "_is_ours", failing)
+    with pytest.raises(RuntimeError):
+        keeper.claim()
+    assert third not in keeper.loop.driven and len(looks) == 3
+    monkeypatch.setattr(keeper, "_is_ours", lambda job_id, clp_config: True)
+    assert keeper.claim() >= 1 and third in keeper.loop.driven and len(looks) == 4

@@ -125,7 +125,10 @@ def test_a_tick_not_woken_reads_whatever_the_clock(store: JobStore) -> None:
 
 
 def test_a_woken_tick_claims_when_the_last_claim_filled_every_place(store: JobStore) -> None:
-    _in_flight(store, 2)
+    _in_flight(store, 1)
+    # The job that waits for a place is a Pending one: take-overs are looked for once a second,
+    # not at every tick (lease_keeper.TAKE_OVER_SCANS_PER_LEASE).
+    store.create_job(_blob(1, [1], "web"))
     clock = _Clock()
     coordinator = _coordinator(store, _StillRunning(), clock, max_concurrent_jobs=1)
     assert coordinator.tick().claimed == 1

@@ -27,6 +27,12 @@ from coordinator.store import leases
 
 _log = logging.getLogger(LOOP_LOGGER)
 
+TAKE_OVER_SCANS_PER_LEASE = 30
+"""How often, per lease duration, the claims look for in-flight jobs to take over (each look
+sends the ids of every driven job): once a second with 30 s leases. A dead coordinator's job
+waits for its lease to expire before anyone may take it, so the wait grows by a thirtieth at
+most; the first claim after start always looks (this coordinator's own jobs of before a restart)."""
+
 
 class LeaseKeeper:
     """Claims, renews and releases the leases of the jobs in ``driven``."""
@@ -47,6 +53,7 @@ class LeaseKeeper:
         self.leaves_job = leaves_job
         self._foreign: set[int] = set()
         self._next_renewal = 0.0
+        self._next_take_over = 0.0
         self.filled_capacity = True
         """Whether the last claim took a job for every free place (more Pending jobs may be
         waiting); so before the first claim, and while no place is free."""
@@ -76,7 +83,8 @@ class LeaseKeeper:
 
         The three claims share one transaction (one ``BEGIN IMMEDIATE`` on SQLite per tick, not
         three): each is still its own compare-and-set on every row's epoch, and nothing is driven
-        before the transaction committed.
+        before the transaction committed. The in-flight take-overs are looked for at the first
+        claim and then ``TAKE_OVER_SCANS_PER_LEASE`` times per lease duration, not every tick.
         """
         capacity = self.loop.settings.max_concurrent_jobs - len(self.loop.driven)
         self.filled_capacity = capacity <= 0  # until this claim is known to have filled them
@@ -91,15 +99,18 @@ class LeaseKeeper:
             job_id for job_id, job in self.loop.driven.items() if job.status is JobStatus.PENDING
         ]
         pending_skip = self._foreign.union(driven_pending)
+        looks_for_take_overs = self.loop.monotonic() >= self._next_take_over
         with self.loop.engine.begin() as connection:
-            taken = leases.take_over_in_flight(
-                connection,
-                owner=owner,
-                lease=self.lease_duration,
-                now=now,
-                limit=capacity,
-                skip=list(self.loop.driven),
-            )
+            taken = []
+            if looks_for_take_overs:
+                taken = leases.take_over_in_flight(
+                    connection,
+                    owner=owner,
+                    lease=self.lease_duration,
+                    now=now,
+                    limit=capacity,
+                    skip=list(self.loop.driven),
+                )
             # Pending rows that already record a Spider job are claimed only to be ended (never
             # submitted: the `submitted` edge would lose its race on every attempt).
             recorded = leases.claim_pending(
@@ -121,6 +132,9 @@ class LeaseKeeper:
                 is_ours=self._is_ours,
                 skip=pending_skip,
             )
+        if looks_for_take_overs:  # once the claims committed: a failed look is made again
+            interval = self.lease_duration.total_seconds() / TAKE_OVER_SCANS_PER_LEASE
+            self._next_take_over = self.loop.monotonic() + interval
         metrics.CLAIMS.labels("taken_over").inc(len(taken))
         metrics.CLAIMS.labels("recorded").inc(len(recorded))
         metrics.CLAIMS.labels("pending").inc(len(claimed))
