@@ -10,6 +10,7 @@ import dataclasses
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.lifecycle import JobStatus
 from coordinator.runtime import open_runtime
-from coordinator.service.coordinator import WOKEN_TICK_SPACING_SECS
+from coordinator.service.coordinator import ADVANCE_CONCURRENCY, WOKEN_TICK_SPACING_SECS
 from coordinator.service.driven import DrivenJob
 from coordinator.service.ingest import submit_job
 from coordinator.service.outcomes import Ended
@@ -201,3 +202,40 @@ def test_a_tick_hands_only_the_jobs_due_to_the_pool(
         report = coordinator.tick()
         assert polled == [job_ids[0]]
         assert report.concluded == [job_ids[0]]
+
+
+def test_the_due_jobs_are_taken_by_as_many_threads_as_poll_at_once(
+    config: CoordinatorConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick hands the pool one task per thread (``ADVANCE_CONCURRENCY``), not a future per due
+    job; each thread takes the next due job when its poll is done, so a slow poll holds up no
+    other job: here the first job's poll waits until every other due job was polled."""
+    now = [0.0]
+    with open_runtime(config, lease_secs=30) as rt:
+        coordinator = coordinator_with(rt, clock=lambda: now[0])
+        job_ids = [submit_job(config, rt.engine, timestamp_key="timestamp") for _ in range(7)]
+        coordinator.tick()  # claims and submits them all
+        assert all(job_row(rt, job_id).spider_id is not None for job_id in job_ids)
+        polled: list[int] = []
+        others_polled = threading.Event()
+        poll, poll_each = coordinator._poll_guarded, coordinator._poll_each
+        tasks: list[int] = []
+
+        def slow_first(job: DrivenJob) -> Ended | None:
+            if job.job_id == job_ids[0]:
+                assert others_polled.wait(timeout=60), "the other jobs waited for the slow poll"
+            polled.append(job.job_id)
+            if len(polled) == len(job_ids) - 1:
+                others_polled.set()
+            return poll(job)
+
+        def counted(due: Any) -> Any:
+            tasks.append(1)
+            return poll_each(due)
+
+        monkeypatch.setattr(coordinator, "_poll_guarded", slow_first)
+        monkeypatch.setattr(coordinator, "_poll_each", counted)
+        now[0] = 3600.0  # every job's back-off has passed
+        coordinator.tick()
+        assert sorted(polled) == sorted(job_ids) and polled[-1] == job_ids[0]
+        assert len(tasks) == ADVANCE_CONCURRENCY < len(job_ids)

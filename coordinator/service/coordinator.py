@@ -299,13 +299,26 @@ class Coordinator:
         if polled and self._advancing is None:
             self._advancing = ThreadPoolExecutor(ADVANCE_CONCURRENCY, thread_name_prefix="advance")
         pool = self._advancing
-        futures = [] if pool is None else [pool.submit(self._poll_guarded, job) for job in polled]
+        # Each pool thread takes the next due job when its last poll is done (a future per
+        # thread, not per job: up to 1,000 jobs are due after a quiet spell).
+        due = deque(enumerate(polled))
+        futures = (
+            []
+            if pool is None
+            else [
+                pool.submit(self._poll_each, due)
+                for _ in range(min(len(polled), ADVANCE_CONCURRENCY))
+            ]
+        )
         try:
             for start in range(0, len(pending), SUBMISSION_BATCH):
                 self._submit(pending[start : start + SUBMISSION_BATCH])
         finally:
             wait(futures)
-        ended = [item for future in futures if (item := future.result()) is not None]
+        polls = sorted(
+            (poll for future in futures for poll in future.result()), key=lambda poll: poll[0]
+        )
+        ended = [item for _, item in polls if item is not None]
         self._conclude(ended)
         report.concluded.extend(item.job.job_id for item in ended)
         if self.outcomes.sweep_due():
@@ -449,6 +462,18 @@ class Coordinator:
             if isinstance(error, SQLAlchemyError) and is_transient(error):
                 raise
             return each_alone()
+
+    def _poll_each(self, due: deque[tuple[int, DrivenJob]]) -> list[tuple[int, Ended | None]]:
+        """``_poll_guarded`` of each job taken from ``due`` (shared by the pool's threads), with
+        its place in the tick's order, until ``due`` is empty. Raises the first poll's error that
+        propagates (the database's), leaving the rest of ``due`` to the other threads."""
+        polls: list[tuple[int, Ended | None]] = []
+        while True:
+            try:
+                index, job = due.popleft()
+            except IndexError:
+                return polls
+            polls.append((index, self._poll_guarded(job)))
 
     def _poll_guarded(self, job: DrivenJob) -> Ended | None:
         """Poll an in-flight ``job`` that is due (on a pool thread); Spider's final word."""
