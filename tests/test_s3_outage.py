@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from yscope_clp_core import open_archive
 
 from coordinator.archive_storage import S3ArchiveOutput
-from coordinator.engine.tasks.compress import is_transient_s3_read_error
+from coordinator.engine.tasks.compress import _ClpSStderr, is_transient_s3_read_error
 from coordinator.engine.tasks.context import S3ReadRetries, TaskError, WorkerSettings
 from coordinator.store.stored_archives import STORED
 from tests.s3_server import s3_client, s3_endpoint
@@ -292,6 +292,31 @@ def test_curl_errors_are_told_apart_as_clp_s_prints_them(line: str, transient: b
     text = f"Encountered curl error while reading http://127.0.0.1:9000/logs/a.jsonl - {line}"
     assert is_transient_s3_read_error(text) is transient
     assert not is_transient_s3_read_error("Encountered error while parsing input.")
+
+
+MONGOC_WARNING = (
+    "2026/12/02 10:08:07.0473: [23560]:  WARNING:       mongoc: "
+    "Falling back to malloc for counters."
+)
+"""What libmongoc (linked into clp-s) prints when the shared memory for its counters is short:
+seen on this machine's CI, where it made a transient read error count as a permanent one."""
+RESET = (
+    "2026-12-02T10:08:07.100+00:00 [error] Encountered curl error while reading "
+    "http://127.0.0.1:9000/logs/k1.jsonl - Code: 7 - Message: Failed to connect to 127.0.0.1 "
+    "port 9000: Connection reset by peer"
+)
+
+
+def test_libmongocs_warnings_leave_a_transient_read_error_transient() -> None:
+    stderr = _ClpSStderr()
+    for line in (MONGOC_WARNING, RESET, "[error] Encountered error while parsing input."):
+        stderr.add(f"{line}\n")
+    assert stderr.only_transient_s3_read_errors()
+
+    critical = _ClpSStderr()
+    for line in (MONGOC_WARNING.replace(" WARNING:", "CRITICAL:"), RESET):
+        critical.add(f"{line}\n")
+    assert not critical.only_transient_s3_read_errors()
 
 
 # --- an outage during the archive upload -------------------------------------------------------

@@ -139,6 +139,11 @@ _LOG_LEVEL = re.compile(r"^\[(\w+)\]\s*")
 _CURL_ERROR = re.compile(r"^Encountered curl error while reading .* - Code: (\d+) - Message: (.*)$")
 _HTTP_STATUS = re.compile(r"returned error: (\d{3})\b")
 _NOT_ERRORS = frozenset({"trace", "debug", "info", "warning"})
+_MONGOC_LOG = re.compile(r"^\d{4}/\d{2}/\d{2} [\d:.]+: \[\s*\d+\]:\s+(\w+):\s+\S+: ")
+"""A line of libmongoc's default log handler, which clp-s links (``2026/12/02 10:08:07.0473:
+[23560]:  WARNING:       mongoc: Falling back to malloc for counters.``, printed when the shared
+memory for its counters is short): its level is the first group."""
+_MONGOC_NOT_ERRORS = frozenset({"trace", "debug", "info", "message", "warning"})
 _READ_ERROR_AFTERMATH = "Encountered error while parsing input."
 """What clp-s prints after any read error, transient or not."""
 TRANSIENT_CURL_CODES = frozenset({7, 18, 28, 35, 52, 55, 56})
@@ -542,8 +547,9 @@ class _ClpSStderr:
     """What clp-s printed on stderr: its last lines, and whether every error was transient.
 
     Every line is looked at as it comes (the tail keeps only the last ones): an error is a line
-    that is not a trace/debug/info/warning log line; the error clp-s prints after any read error
-    (``Encountered error while parsing input.``) counts as neither kind.
+    that is not a trace/debug/info/warning log line, clp-s's own or libmongoc's (which clp-s
+    links); the error clp-s prints after any read error (``Encountered error while parsing
+    input.``) counts as neither kind.
     """
 
     def __init__(self) -> None:
@@ -555,6 +561,9 @@ class _ClpSStderr:
         self.tail.append(line)
         text = _LOG_TIMESTAMP.sub("", line.strip())
         if not text:
+            return
+        mongoc = _MONGOC_LOG.match(text)
+        if mongoc is not None and mongoc.group(1).lower() in _MONGOC_NOT_ERRORS:
             return
         level = _LOG_LEVEL.match(text)
         if level is not None:
