@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,8 +40,9 @@ from coordinator.store.clock import utc_now
 from coordinator.store.datasets import archives_table, ensure_dataset_tables
 from coordinator.store.jobs import JobStore
 from coordinator.store.stored_archives import (
+    STORING,
     StoredArchiveRecord,
-    begin_storing,
+    record_stored_archive,
     stored_archives_of_job,
     tasks_with_stored_archives,
 )
@@ -469,6 +471,6 @@ def test_the_tasks_with_stored_archives_are_counted_per_job(store: JobStore) -> 
             record = stored_record(
                 DATASET, archive_id, owner, task_id=task_id, instance_id=instance_id
             )
-            begin_storing(connection, record)
+            record_stored_archive(connection, replace(record, state=STORING))
         assert tasks_with_stored_archives(connection, job_id) == 2
         assert tasks_with_stored_archives(connection, other) == 1

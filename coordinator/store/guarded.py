@@ -283,7 +283,6 @@ def _groups(
     first (no duration to compute), of jobs asked to move once, grouped by edge, statement and
     values written; ``TOGETHER_AT_LEAST`` of a kind or more."""
     kinds: dict[tuple[Any, ...], list[int]] = {}
-    values_of: dict[tuple[Any, ...], dict[str, object]] = {}
     for index, request in enumerate(requests):
         edge = validate_request(request)
         if request.fence is None or Record.DURATION in edge.records:
@@ -293,11 +292,10 @@ def _groups(
         )
         kind = (edge, request.unless_cancel_requested, tuple(sorted(values.items())))
         kinds.setdefault(kind, []).append(index)
-        values_of[kind] = values
     # A job asked to move twice is left to the one-by-one moves, which apply the first only.
     requests_of_job = Counter(request.job_id for request in requests)
     return [
-        _Group(tuple(indices), kind[0], kind[1], values_of[kind])
+        _Group(tuple(indices), kind[0], kind[1], dict(kind[2]))
         for kind, indices in kinds.items()
         if len(indices) >= TOGETHER_AT_LEAST
         and all(requests_of_job[requests[index].job_id] == 1 for index in indices)

@@ -6,9 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, insert, select, text
+from sqlalchemy import Connection, Engine, bindparam, func, insert, select, text
 
 from coordinator import metrics
 from coordinator.errors import CoordinatorError
@@ -310,13 +309,7 @@ def lock_in_flight_job(connection: Connection, spider_job_id: int) -> tuple[JobS
     several in-flight rows are an ambiguity reported rather than guessed. Raises
     ``SpiderJobUnmatched`` saying which case it is, or the driver's errors.
     """
-    row = _the_one_in_flight(connection, _IN_FLIGHT_LOCKED, spider_job_id)
-    locked = LockedRow(int(row.id), row.start_time, int(row.lease_epoch))
-    return state_of(row.status, row.committed_at), locked
-
-
-def _the_one_in_flight(connection: Connection, query: Select[Any], spider_job_id: int) -> Row[Any]:
-    rows = connection.execute(query, {"spider_id": spider_job_id}).all()
+    rows = connection.execute(_IN_FLIGHT_LOCKED, {"spider_id": spider_job_id}).all()
     if not rows:
         raise SpiderJobUnmatched(
             f"no running CLP compression job records Spider job {spider_job_id}"
@@ -327,4 +320,6 @@ def _the_one_in_flight(connection: Connection, query: Select[Any], spider_job_id
             f"CLP compression jobs {listed} all record Spider job {spider_job_id} and are in "
             "flight; refusing to guess which one this Spider job belongs to"
         )
-    return rows[0]
+    (row,) = rows
+    locked = LockedRow(int(row.id), row.start_time, int(row.lease_epoch))
+    return state_of(row.status, row.committed_at), locked

@@ -30,7 +30,7 @@ another job's archives, even one that shares a Spider job id after a reset of Sp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -158,15 +158,11 @@ def record_stored_archive(connection: Connection, record: StoredArchiveRecord) -
     return int(key[0])
 
 
-def begin_storing(connection: Connection, record: StoredArchiveRecord) -> int:
-    """Insert ``record`` in state ``storing`` (before the archive is stored); its id."""
-    return record_stored_archive(connection, replace(record, state=STORING, id=None))
-
-
 def begin_storing_attributed(connection: Connection, record: StoredArchiveRecord) -> int:
-    """``begin_storing`` of ``record`` (whose ``job_id`` is ignored), attributed in the same
-    statement to the one Running or Committed job that records its Spider job id; ``NULL`` when
-    none or several do (the commit or the coordinator's sweep attributes it later). Its id.
+    """Insert ``record`` in state ``storing`` (before the archive is stored), attributed in the
+    same statement (its ``job_id`` is ignored) to the one Running or Committed job that records
+    its Spider job id; ``NULL`` when none or several do (the commit or the coordinator's sweep
+    attributes it later). Its id.
 
     One round trip where reading the owner first would take two: the compress task's record of
     every archive. Raises the driver's errors.
