@@ -12,10 +12,12 @@ Loaded by the embedded engine's executors (``open_runtime(config, packages={"clp
   (at most ``HOLD_SECS``): jobs stay in flight while the loop is measured (P3).
 
 Each executor counts the database transactions of its process (SQLAlchemy's ``commit`` and
-``rollback`` events on every ``Engine``) and, after each task, writes its totals over the previous
-ones in ``<staging>/bench-transactions-<pid>`` (``commits rollbacks``, fixed width: the executors
-are killed at the end, so the file must be current after every task, and one ``pwrite`` on a file
-kept open costs the measured process little): ``executor_transactions`` sums them.
+``rollback`` events on every ``Engine``, and each statement run on a connection in autocommit
+mode, a transaction of its own: ``self_committed``) and, after each task, writes its totals over
+the previous ones in ``<staging>/bench-transactions-<pid>`` (``commits rollbacks``, fixed width:
+the executors are killed at the end, so the file must be current after every task, and one
+``pwrite`` on a file kept open costs the measured process little): ``executor_transactions``
+sums them.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.archive_storage.storage import archive_location
 from coordinator.engine.tasks.cleanup import cleanup
 from coordinator.engine.tasks.commit import commit
 from coordinator.engine.tasks.context import TaskContext
-from coordinator.engine.tasks.database import task_engine
+from coordinator.engine.tasks.database import task_writes
 from coordinator.engine.tasks.records import record_stored, record_storing
 from coordinator.engine.tasks.registry import (
     CLEANUP,
@@ -58,8 +61,25 @@ def _commit(_: object) -> None:
     _counts[0] += 1
 
 
-def _rollback(_: object) -> None:
-    _counts[1] += 1
+def _rollback(connection: Connection) -> None:
+    if not self_committed(connection):  # the block's end: no ROLLBACK is sent (skipped)
+        _counts[1] += 1
+
+
+def self_committed(connection: Connection) -> bool:
+    """Whether a statement on ``connection`` commits itself (autocommit mode: ``AutocommitWrites``
+    on MariaDB), so that it is a transaction of its own without any ``commit`` event."""
+    try:
+        dbapi_connection = connection.connection.dbapi_connection
+    except SQLAlchemyError:  # invalidated (a lost connection's rollback): not one of those
+        return False
+    autocommit = getattr(dbapi_connection, "get_autocommit", None)
+    return bool(autocommit is not None and autocommit())
+
+
+def _statement(connection: Connection, *_: object) -> None:
+    if self_committed(connection):
+        _counts[0] += 1
 
 
 _count_files: dict[Path, int] = {}
@@ -99,7 +119,7 @@ def instant_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         size=1_000,
         uncompressed_size=10_000,
     )
-    engine = task_engine(ctx.settings)
+    writes = task_writes(ctx.settings)
     name = dataset or DEFAULT_DATASET
     record = StoredArchiveRecord(
         spider_job_id=ctx.job_id,
@@ -112,8 +132,8 @@ def instant_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         stored_at=utc_now(),
     )
     who = f"instant compress task {ctx.job_id}/{ctx.task_id}#{ctx.instance_id}"
-    record_ids = record_storing(engine, [record], doing=f"{who} recording")
-    record_stored(engine, [record], record_ids, doing=f"{who} marking stored")
+    record_ids = record_storing(writes, [record], doing=f"{who} recording")
+    record_stored(writes, [record], record_ids, doing=f"{who} marking stored")
     output = CompressionTaskOutput(dataset=dataset, archives=[archive])
     return [output.to_msgpack()]
 
@@ -128,6 +148,7 @@ def _package(compress: Callable[[TaskContext, Sequence[bytes]], list[bytes]]) ->
     if not event.contains(Engine, "commit", _commit):
         event.listen(Engine, "commit", _commit)
         event.listen(Engine, "rollback", _rollback)
+        event.listen(Engine, "before_cursor_execute", _statement)
     functions = {COMPRESS: compress, COMMIT: commit, CLEANUP: cleanup}
     return TaskPackage(CLP_PACKAGE, {name: _counted(f) for name, f in functions.items()})
 

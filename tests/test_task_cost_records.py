@@ -3,7 +3,9 @@
 ``record_storing`` is one transaction of inserts, each resolving the owning job in its own statement
 (no read of the job before). A first attempt does not read the Spider job's earlier records either
 (instance ids are never reused, so the instance has none yet); an attempt after an ambiguous
-failure still does, and finds what the failed one inserted. SQLite and MariaDB.
+failure still does, and finds what the failed one inserted. With one record (one archive per
+task), each step is one statement that commits itself on MariaDB (no ``COMMIT`` sent). SQLite and
+MariaDB.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from coordinator.engine.tasks import records
 from coordinator.engine.tasks.context import TaskContext, WorkerSettings
 from coordinator.engine.tasks.registry import COMPRESS
 from coordinator.lifecycle import JobStatus
+from coordinator.store.database import AutocommitWrites
 from coordinator.store.jobs import JobStore
 from coordinator.store.stored_archives import STORED, STORING, stored_archives
 from coordinator.task_io import encode_dataset
@@ -67,7 +70,7 @@ def test_a_first_attempt_records_storing_in_one_transaction_without_reading_reco
     batch = [stored_record(DATASET, "a0", None), stored_record(DATASET, "a1", None)]
 
     with _statements(migrated_engine) as (statements, commits):
-        ids = records.record_storing(migrated_engine, batch, doing="recording")
+        ids = records.record_storing(AutocommitWrites(migrated_engine), batch, doing="recording")
 
     assert [s for s in statements if s.lstrip().upper().startswith("SELECT")] == []
     inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT")]
@@ -81,7 +84,9 @@ def test_a_first_attempt_records_storing_in_one_transaction_without_reading_reco
     ]
 
     with _statements(migrated_engine) as (statements, commits):
-        claimed = records.record_stored(migrated_engine, batch, ids, doing="marking")
+        claimed = records.record_stored(
+            AutocommitWrites(migrated_engine), batch, ids, doing="marking"
+        )
     assert (claimed, _reads_of_records(statements), commits) == ([], [], ["commit"])
     with migrated_engine.connect() as connection:
         assert {r.state for r in stored_archives(connection, SPIDER_ID)} == {STORED}
@@ -104,7 +109,7 @@ def test_an_attempt_after_an_ambiguous_failure_finds_the_records_the_first_inser
         return ids
 
     monkeypatch.setattr(records, "_begin_storing_once", committed_then_lost)
-    ids = records.record_storing(migrated_engine, batch, doing="recording")
+    ids = records.record_storing(AutocommitWrites(migrated_engine), batch, doing="recording")
 
     assert repeats == [False, True]
     with migrated_engine.connect() as connection:
@@ -141,7 +146,11 @@ def test_the_instant_compress_task_of_the_benchmarks_records_as_the_real_one(
 
 def _storing_owner(engine: Engine, spider_id: int) -> int | None:
     record = replace(stored_record(DATASET, f"archive-{spider_id}", 999), spider_job_id=spider_id)
-    ids = records.record_storing(engine, [record], doing="test")
+    writes = AutocommitWrites(engine)
+    try:
+        ids = records.record_storing(writes, [record], doing="test")
+    finally:
+        writes.dispose()
     with engine.connect() as connection:
         found = {r.id: r for r in stored_archives(connection, spider_id)}
     return found[ids[0]].job_id

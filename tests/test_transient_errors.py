@@ -57,12 +57,13 @@ OUTAGES = {
 
 class FailingWrites:
     """Every UPDATE of ``spider_engine_jobs`` raises ``error`` (the first ``times`` of them only,
-    when given) until ``disarm``."""
+    when given) until ``disarm``: on every engine of the process, for the embedded engine writes
+    its states through a sibling of ``engine`` on MariaDB (``AutocommitWrites``)."""
 
     def __init__(self, engine: Engine, error: Exception, times: int | None = None) -> None:
         self.engine, self.error, self.times = engine, error, times
         self.failures = 0
-        event.listen(engine, "before_cursor_execute", self._before)
+        event.listen(Engine, "before_cursor_execute", self._before)
 
     def _before(self, _connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
         if not statement.startswith("UPDATE spider_engine_jobs"):
@@ -72,7 +73,7 @@ class FailingWrites:
             raise self.error
 
     def disarm(self) -> None:
-        event.remove(self.engine, "before_cursor_execute", self._before)
+        event.remove(Engine, "before_cursor_execute", self._before)
 
 
 class CountedPauses(threading.Event):

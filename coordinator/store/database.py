@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     DBAPIError,
     DisconnectionError,
@@ -98,15 +99,83 @@ def create_database_engine(url: str, *, pool_size: int = 10) -> Engine:
         return engine
     if parsed.get_backend_name() in ("mysql", "mariadb") and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return _mysql_engine(parsed, pool_size=pool_size, isolation_level="READ COMMITTED")
+
+
+def _mysql_engine(url: URL, *, pool_size: int, isolation_level: str, **options: Any) -> Engine:
     engine = create_engine(
-        parsed,
+        url,
         pool_size=pool_size,
         pool_recycle=3600,
         pool_reset_on_return=None,
-        isolation_level="READ COMMITTED",
+        isolation_level=isolation_level,
+        **options,
     )
     _pool_round_trips_when_needed(engine)
     return engine
+
+
+class AutocommitWrites:
+    """Writes made of one statement, in which that statement is the whole transaction.
+
+    On MariaDB/MySQL a one-statement transaction costs two requests (the statement, then
+    ``COMMIT``); on a connection in autocommit mode InnoDB commits the statement as it completes,
+    atomically and durably alike, in one request. Four such writes happen per small job (the
+    embedded engine's two state records, the compress task's ``storing`` and ``stored``): issue 14
+    measured 0.06-0.08 ms less client CPU and 0.12 ms less latency per write, and a request fewer
+    for the server. The connections come from a sibling engine of ``engine`` (same URL, a pool of
+    ``pool_size``, made on first use), with ``READ COMMITTED`` as every other session of the
+    coordinator, on which neither ``COMMIT`` nor ``ROLLBACK`` is ever sent
+    (``skip_autocommit_rollback``). On SQLite a block is an ordinary ``engine.begin()``
+    transaction: its ``COMMIT`` is no round trip, and its ``BEGIN IMMEDIATE`` must stay.
+
+    Only for a block whose one write is the last statement that matters: on MariaDB a read before
+    it sees the database as of that read, not as of the write, and nothing is rolled back when the
+    block fails after its write. A block that must write twice atomically uses ``engine.begin()``.
+    """
+
+    def __init__(self, engine: Engine, *, pool_size: int = 2) -> None:
+        self.engine = engine
+        self._pool_size = pool_size
+        self._autocommit: Engine | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A connection for one write (see the class). Raises the driver's errors; a failed write
+        may have been committed all the same when its reply was lost, as a failed ``COMMIT``."""
+        if not is_mysql(self.engine):
+            with self.engine.begin() as connection:
+                yield connection
+            return
+        with self._sibling().connect() as connection:
+            yield connection
+
+    def dispose(self) -> None:
+        """Close the sibling engine's pooled connections (``engine`` is its owner's to dispose)."""
+        with self._lock:
+            if self._autocommit is not None:
+                self._autocommit.dispose()
+
+    def _sibling(self) -> Engine:
+        with self._lock:
+            if self._autocommit is None:
+                self._autocommit = _mysql_engine(
+                    self.engine.url,
+                    pool_size=self._pool_size,
+                    isolation_level="AUTOCOMMIT",
+                    skip_autocommit_rollback=True,
+                )
+                event.listen(self._autocommit, "connect", _read_committed)
+            return self._autocommit
+
+
+def _read_committed(dbapi_connection: Any, _: ConnectionPoolEntry) -> None:
+    # AUTOCOMMIT leaves the session at the server's default (REPEATABLE READ), under which an
+    # INSERT … SELECT would lock the rows it reads; every other session is READ COMMITTED.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    cursor.close()
 
 
 def _begin_immediately(engine: Engine) -> None:

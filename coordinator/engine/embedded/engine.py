@@ -157,7 +157,7 @@ from coordinator.spider.task_graph import (
 )
 from coordinator.spider.wire import InvalidFrame, decode_job_outputs, encode_job_outputs
 from coordinator.store.clock import utc_now
-from coordinator.store.database import is_deadlock, is_transient
+from coordinator.store.database import AutocommitWrites, is_deadlock, is_transient
 from coordinator.store.instances import (
     DEFAULT_STALE_AFTER_SECS,
     ENGINE,
@@ -334,6 +334,7 @@ class EmbeddedSpider:
         ``clock``: the monotonic seconds that soft timeouts and the retention of terminal jobs are
         measured in (a test moves its own instead of waiting)."""
         self._db = database
+        self._single_writes = AutocommitWrites(database)
         self._presence = presence
         self._own_presence = presence is None
         self._coordinator_name = coordinator_name
@@ -431,6 +432,7 @@ class EmbeddedSpider:
         sweep_scratch(self._staging)  # the instances that ran are gone with their executors
         if self._own_presence and self._presence is not None:
             self._presence.close()
+        self._single_writes.dispose()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -1071,14 +1073,14 @@ class EmbeddedSpider:
         retry: bool,
         doing: str,
     ) -> int:
-        """Execute ``statement`` (with ``parameters``) in its own transaction; its row count.
-        With ``retry``, an unavailable database (``is_transient``) is waited out with a bounded
-        back-off (``_Stopping`` if closed); any other error is raised at once, as it would
-        repeat."""
+        """Execute ``statement`` (with ``parameters``) as a transaction of its own (one request on
+        MariaDB: ``AutocommitWrites``); its row count. With ``retry``, an unavailable database
+        (``is_transient``) is waited out with a bounded back-off (``_Stopping`` if closed); any
+        other error is raised at once, as it would repeat."""
         attempt = 0
         while True:
             try:
-                with self._db.begin() as connection:
+                with self._single_writes.connection() as connection:
                     count = connection.execute(statement, parameters).rowcount
                 self._outage.recovered()
                 return int(count)

@@ -104,7 +104,7 @@ from coordinator.archive_storage.errors import describe_os_error
 from coordinator.archive_storage.storage import archive_location, remove_archive, store_archive
 from coordinator.config.locations import is_same_store, local_store_named
 from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
-from coordinator.engine.tasks.database import task_engine
+from coordinator.engine.tasks.database import task_engine, task_writes
 from coordinator.engine.tasks.records import record_stored, record_storing
 from coordinator.engine.tasks.s3_urls import s3_object_url
 from coordinator.engine.tasks.scratch import create_scratch, remove_scratch
@@ -677,7 +677,7 @@ def _store_and_record(
     if not archives:
         return
     output = ctx.settings.archive_output
-    engine = task_engine(ctx.settings)
+    writes = task_writes(ctx.settings)
     who = f"compress task {ctx.job_id}/{ctx.task_id}#{ctx.instance_id}"
     locations = [archive_location(output, dataset, archive.id) for archive in archives]
     now = utc_now()
@@ -696,7 +696,7 @@ def _store_and_record(
     ]
     named = ", ".join(archive.id for archive in archives)
     try:
-        record_ids = record_storing(engine, records, doing=f"{who} recording archive(s) {named}")
+        record_ids = record_storing(writes, records, doing=f"{who} recording archive(s) {named}")
     except SQLAlchemyError as error:
         raise TaskError(
             f"cannot record archive(s) {named} before storing them at "
@@ -707,7 +707,7 @@ def _store_and_record(
         store_archive(output, output_directory / archive.id, dataset, archive.id)
     try:
         claimed = record_stored(
-            engine, records, record_ids, doing=f"{who} marking archive(s) {named} stored"
+            writes, records, record_ids, doing=f"{who} marking archive(s) {named} stored"
         )
     except SQLAlchemyError as error:
         raise TaskError(

@@ -1,4 +1,5 @@
-"""One database engine per task process (tasks of a worker share it), and outages waited out.
+"""One database engine per task process (tasks of a worker share it), its one-statement writes
+(``task_writes``), and outages waited out.
 
 A task that meets a database outage waits for the database (``wait_out_outages``) instead of
 failing: a failure would use up one of its few retries at once, the retry would fail the same way,
@@ -17,7 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.engine.tasks.context import WorkerSettings
-from coordinator.store.database import create_database_engine, is_transient
+from coordinator.store.database import AutocommitWrites, create_database_engine, is_transient
 from coordinator.store.outage import Outage, OutageLines
 
 _log = logging.getLogger(__name__)
@@ -41,6 +42,17 @@ def task_engine(settings: WorkerSettings) -> Engine:
 @lru_cache(maxsize=4)
 def _engine_for(url: str) -> Engine:
     return create_database_engine(url, pool_size=2)
+
+
+def task_writes(settings: WorkerSettings) -> AutocommitWrites:
+    """The one-statement writes of ``task_engine(settings)`` (the compress task's records),
+    created once per process and URL."""
+    return _writes_for(settings.database_url.get_secret_value())
+
+
+@lru_cache(maxsize=4)
+def _writes_for(url: str) -> AutocommitWrites:
+    return AutocommitWrites(_engine_for(url), pool_size=1)
 
 
 def wait_out_outages(

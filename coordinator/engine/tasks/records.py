@@ -3,7 +3,9 @@
 ``record_storing`` inserts every archive's record in state ``storing`` in one transaction (each
 insert also resolves the owning compression job), committed before any file is stored;
 ``record_stored`` marks them all ``stored`` in one transaction after the last file is stored
-(``coordinator.store.stored_archives`` says why the order matters). Both wait out a database outage
+(``coordinator.store.stored_archives`` says why the order matters). An attempt with one record
+(the usual: one archive per task) is one statement, committed by itself on MariaDB
+(``AutocommitWrites``: one request instead of two). Both wait out a database outage
 (``coordinator.engine.tasks.database.wait_out_outages``) and are safe to repeat after an ambiguous
 failure: a record this instance already inserted, or already marked, is found rather than written
 twice. The benchmarks' instant compress task (``bench.noop``) runs the same two steps.
@@ -14,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from coordinator.engine.tasks.database import wait_out_outages
 from coordinator.store.clock import utc_now
+from coordinator.store.database import AutocommitWrites
 from coordinator.store.stored_archives import (
     STORED,
     StoredArchiveRecord,
@@ -28,7 +31,7 @@ from coordinator.store.stored_archives import (
 
 
 def record_storing(
-    engine: Engine, records: Sequence[StoredArchiveRecord], *, doing: str
+    writes: AutocommitWrites, records: Sequence[StoredArchiveRecord], *, doing: str
 ) -> list[int]:
     """Insert ``records`` (one task instance's) as ``storing`` in one transaction; their ids.
 
@@ -45,13 +48,13 @@ def record_storing(
     def attempt() -> list[int]:
         nonlocal attempts
         attempts += 1
-        return _begin_storing_once(engine, records, repeat=attempts > 1)
+        return _begin_storing_once(writes, records, repeat=attempts > 1)
 
     return wait_out_outages(attempt, doing=doing)
 
 
 def record_stored(
-    engine: Engine,
+    writes: AutocommitWrites,
     records: Sequence[StoredArchiveRecord],
     record_ids: Sequence[int],
     *,
@@ -62,13 +65,16 @@ def record_stored(
 
     Raises the driver's non-transient errors; an outage is waited out (``doing`` names the step).
     """
-    return wait_out_outages(lambda: _mark_stored_once(engine, records, record_ids), doing=doing)
+    return wait_out_outages(lambda: _mark_stored_once(writes, records, record_ids), doing=doing)
 
 
 def _begin_storing_once(
-    engine: Engine, records: Sequence[StoredArchiveRecord], *, repeat: bool
+    writes: AutocommitWrites, records: Sequence[StoredArchiveRecord], *, repeat: bool
 ) -> list[int]:
-    with engine.begin() as connection:
+    if len(records) == 1 and not repeat:
+        with writes.connection() as connection:
+            return [begin_storing_attributed(connection, records[0])]
+    with writes.engine.begin() as connection:
         mine = _own_records(connection, records[0]) if repeat else {}
         ids: list[int] = []
         for record in records:
@@ -81,11 +87,13 @@ def _begin_storing_once(
 
 
 def _mark_stored_once(
-    engine: Engine, records: Sequence[StoredArchiveRecord], record_ids: Sequence[int]
+    writes: AutocommitWrites, records: Sequence[StoredArchiveRecord], record_ids: Sequence[int]
 ) -> list[str]:
-    # A record that an attempt which seemed to fail marked already counts as marked.
+    # A record that an attempt which seemed to fail marked already counts as marked. With one
+    # record, the look-up after a failed mark only reads: the mark alone is the write.
     claimed: list[str] = []
-    with engine.begin() as connection:
+    opened = writes.connection() if len(records) == 1 else writes.engine.begin()
+    with opened as connection:
         now: datetime = utc_now()
         mine: dict[str, StoredArchiveRecord] | None = None
         for record, record_id in zip(records, record_ids, strict=True):
