@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from sqlalchemy import Engine, delete, event, inspect, select, text, update
 
@@ -19,8 +20,9 @@ from coordinator.store.datasets import archives_table, dataset_tables
 from coordinator.store.jobs import JobStore, job_state
 from coordinator.store.schema import compression_jobs as jobs_table
 from coordinator.store.schema import datasets
+from coordinator.store.stored_archives import record_stored_archive, stored_archives
 from coordinator.task_io import ArchiveMetadata
-from tests.paths import SPIDER_ID, new_job_in
+from tests.paths import SPIDER_ID, new_job_in, stored_record
 
 DATASET = "web"
 
@@ -147,3 +149,32 @@ def test_a_commit_reads_its_job_row_once_and_moves_it_under_that_lock(
         assert (committed.trigger, committed.lease_epoch) == ("committed", epoch)
         row = store.get(job)
         assert row is not None and row.duration is not None  # from the start time read
+
+
+def test_a_commit_attributes_records_only_when_its_spider_job_left_some_unattributed(
+    store: JobStore, migrated_engine: Engine
+) -> None:
+    """The compress task's insert attributes its record to the one in-flight job; the commit's
+    locked read tells whether any record of the Spider job names no job, and only then does it
+    send the attribution (before: an UPDATE with every archive id on every commit)."""
+    attributed_job = _running_job(store, SPIDER_ID)
+    with migrated_engine.begin() as connection:
+        record_stored_archive(connection, stored_record(DATASET, "w0", attributed_job))
+    with _statements(migrated_engine) as (statements, _):
+        assert _publish(store, SPIDER_ID, "w0") is Publication.PUBLISHED
+    assert [s for s in statements if "UPDATE compression_stored_archives" in s] == []
+
+    unattributed_job = _running_job(store, SPIDER_ID + 1)
+    unattributed = replace(stored_record(DATASET, "w1", None), spider_job_id=SPIDER_ID + 1)
+    with migrated_engine.begin() as connection:
+        record_stored_archive(connection, unattributed)
+    with _statements(migrated_engine) as (statements, _):
+        assert _publish(store, SPIDER_ID + 1, "w1") is Publication.PUBLISHED
+    assert len([s for s in statements if "UPDATE compression_stored_archives" in s]) == 1
+    with migrated_engine.connect() as connection:
+        owners = {
+            record.archive_id: record.job_id
+            for spider_id in (SPIDER_ID, SPIDER_ID + 1)
+            for record in stored_archives(connection, spider_id)
+        }
+    assert owners == {"w0": attributed_job, "w1": unattributed_job}

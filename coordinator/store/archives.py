@@ -120,11 +120,12 @@ def _publish(
     """``publish_archives``' transaction; ``dataset_ready`` skips the dataset's registration."""
     with store.engine.begin() as connection:
         try:
-            state, locked = lock_in_flight_job(connection, spider_job_id)
+            in_flight = lock_in_flight_job(connection, spider_job_id)
         except SpiderJobUnmatched as error:
             raise CommitRefused(f"{error}; refusing to commit") from error
+        locked = in_flight.locked
         job_id = locked.job_id
-        if state is JobStatus.COMMITTED:
+        if in_flight.state is JobStatus.COMMITTED:
             return PublishResult(job_id, Publication.ALREADY_COMMITTED, 0)
         if not dataset_ready:
             register_dataset(connection, dataset, archive_storage_directory)
@@ -142,9 +143,12 @@ def _publish(
         ]
         for start in range(0, len(rows), INSERT_BATCH_SIZE):
             connection.execute(_insert_archives(dataset), rows[start : start + INSERT_BATCH_SIZE])
-        attribute_stored_archives(
-            connection, job_id, spider_job_id, [archive.id for archive in archives]
-        )
+        if in_flight.unattributed:
+            # The compress tasks' records are committed before the commit runs, each attributed
+            # by its own insert unless no single in-flight job recorded the Spider job then.
+            attribute_stored_archives(
+                connection, job_id, spider_job_id, [archive.id for archive in archives]
+            )
         result = store.apply(
             connection,
             TransitionRequest(

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, literal_column
+from sqlalchemy import ColumnElement, and_, exists, literal_column
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES
 from coordinator.store.schema import compression_jobs as _jobs
+from coordinator.store.schema import stored_archives as _stored
 
 
 def in_constants(column: ColumnElement[Any], values: Iterable[int]) -> ColumnElement[bool]:
@@ -31,3 +32,8 @@ def in_flight_recording(spider_id: ColumnElement[Any]) -> ColumnElement[bool]:
     return and_(
         _jobs.c.spider_id == spider_id, in_constants(_jobs.c.status, IN_FLIGHT_STATUS_VALUES)
     )
+
+
+def unattributed_records(spider_id: ColumnElement[Any]) -> ColumnElement[bool]:
+    """Whether the Spider job ``spider_id`` stored archive records that name no job yet."""
+    return exists().where(_stored.c.spider_job_id == spider_id, _stored.c.job_id.is_(None))

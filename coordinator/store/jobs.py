@@ -22,7 +22,7 @@ from coordinator.lifecycle import (
 from coordinator.store import names
 from coordinator.store.clock import Clock, utc_now
 from coordinator.store.database import is_mysql, reading, retrying_deadlocks
-from coordinator.store.expressions import in_flight_recording
+from coordinator.store.expressions import in_flight_recording, unattributed_records
 from coordinator.store.guarded import (
     Applied,
     LockedRow,
@@ -292,17 +292,36 @@ class SpiderJobUnmatched(CoordinatorError, LookupError):
 
 _IN_FLIGHT_LOCKED = (
     select(
-        _jobs.c.id, _jobs.c.status, _jobs.c.committed_at, _jobs.c.start_time, _jobs.c.lease_epoch
+        _jobs.c.id,
+        _jobs.c.status,
+        _jobs.c.committed_at,
+        _jobs.c.start_time,
+        _jobs.c.lease_epoch,
+        unattributed_records(bindparam("spider_id")).label("unattributed"),
     )
     .where(in_flight_recording(bindparam("spider_id")))
     .with_for_update()
 )
 
 
-def lock_in_flight_job(connection: Connection, spider_job_id: int) -> tuple[JobStatus, LockedRow]:
-    """The state of the one Running or Committed job that records ``spider_job_id``, its row
-    read ``FOR UPDATE`` (on SQLite, under the transaction's write lock), and what a move of it
-    needs (``LockedRow``), so that the move, made next in this transaction, reads the row no more.
+@dataclass(frozen=True)
+class InFlightJob:
+    """The one in-flight job of a Spider job, as ``lock_in_flight_job`` read it under its lock."""
+
+    state: JobStatus
+    locked: LockedRow
+    """What a move of it needs, so that the move reads the row no more."""
+    unattributed: bool
+    """Its Spider job stored archive records that name no job (a non-locking read, in the same
+    statement): when ``False``, none of the records committed before this read needs the commit's
+    attribution."""
+
+
+def lock_in_flight_job(connection: Connection, spider_job_id: int) -> InFlightJob:
+    """The one Running or Committed job that records ``spider_job_id``: its state, its row read
+    ``FOR UPDATE`` (on SQLite, under the transaction's write lock), what a move of it needs
+    (``LockedRow``), so that the move, made next in this transaction, reads the row no more, and
+    whether the Spider job left records unattributed.
 
     A Spider job id alone is not an identity: CLP's Rust coordinator, an earlier engine or a reset
     Spider may have used it before, so terminal rows never match (their Spider job is over) and
@@ -322,4 +341,4 @@ def lock_in_flight_job(connection: Connection, spider_job_id: int) -> tuple[JobS
         )
     (row,) = rows
     locked = LockedRow(int(row.id), row.start_time, int(row.lease_epoch))
-    return state_of(row.status, row.committed_at), locked
+    return InFlightJob(state_of(row.status, row.committed_at), locked, bool(row.unattributed))
