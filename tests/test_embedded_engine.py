@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, event, insert, select
 
 from coordinator.engine.embedded.engine import EmbeddedSpider
 from coordinator.engine.embedded.faults import Fault
@@ -25,13 +25,14 @@ from coordinator.spider.port import (
 )
 from coordinator.spider.task_graph import TaskGraph
 from coordinator.spider.wire import compress, encode_job_inputs
-from coordinator.store.schema import engine_jobs
+from coordinator.store.schema import engine_jobs, engine_resource_groups
 from tests.engine_support import (
     graph,
     journal,
     policy,
     record_spider_ids,
     running_engine,
+    settings,
     submit,
     task,
     wait_for,
@@ -229,6 +230,35 @@ def test_terminal_jobs_are_final(migrated_engine: Engine, spider_dir: Path) -> N
             spider.start_job(job_id)
         assert spider.get_job_state(job_id) is JobState.SUCCEEDED
         assert start_if_ready(spider, job_id) is JobState.SUCCEEDED
+
+
+def test_a_name_taken_between_the_look_and_the_insert_is_already_exists(
+    migrated_engine: Engine, spider_dir: Path
+) -> None:
+    """Two AddResourceGroup of one name at once (coordinators starting together over gRPC): the
+    later insert meets the unique name. Before, its IntegrityError went out as INTERNAL (seen in
+    ``test_resource_group``'s four coordinators registering at once); now it is ALREADY_EXISTS,
+    as when the look finds the name."""
+    if migrated_engine.dialect.name == "sqlite":
+        pytest.skip("SQLite's BEGIN IMMEDIATE serialises the two: the look finds the name")
+    spider = EmbeddedSpider(migrated_engine, settings(migrated_engine, spider_dir))  # not started
+
+    inserted: list[str] = []
+
+    def taken_meanwhile(_connection: object, _cursor: object, statement: str, *_: object) -> None:
+        if statement.startswith("INSERT INTO spider_engine_resource_groups") and not inserted:
+            inserted.append(statement)
+            with migrated_engine.begin() as other:  # another session, committed first
+                taken = insert(engine_resource_groups).values(external_id="rg", password=b"x")
+                other.execute(taken)
+
+    event.listen(migrated_engine, "before_cursor_execute", taken_meanwhile)
+    try:
+        with pytest.raises(ResourceGroupExists, match="already exists"):
+            spider.add_resource_group("rg", PASSWORD)
+    finally:
+        event.remove(migrated_engine, "before_cursor_execute", taken_meanwhile)
+    assert spider.resource_group_by_name("rg", b"x") > 0  # the other session's group
 
 
 def test_registration_is_checked_like_spider(migrated_engine: Engine, spider_dir: Path) -> None:

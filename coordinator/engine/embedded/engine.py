@@ -461,16 +461,20 @@ class EmbeddedSpider:
     # --- resource groups --------------------------------------------------------------------
 
     def add_resource_group(self, external_id: str, password: bytes) -> int:
-        """A new resource group's id; ``ResourceGroupExists`` if the name is taken."""
-        with self._db.begin() as connection:
-            taken = connection.execute(
-                select(_groups_table.c.id).where(_groups_table.c.external_id == external_id)
-            ).first()
-            if taken is not None:
-                raise ResourceGroupExists.named(external_id)
-            key = connection.execute(
-                insert(_groups_table).values(external_id=external_id, password=password)
-            ).inserted_primary_key
+        """A new resource group's id; ``ResourceGroupExists`` if the name is taken, also when a
+        concurrent call took it between this one's look and its insert (the name is unique)."""
+        try:
+            with self._db.begin() as connection:
+                taken = connection.execute(
+                    select(_groups_table.c.id).where(_groups_table.c.external_id == external_id)
+                ).first()
+                if taken is not None:
+                    raise ResourceGroupExists.named(external_id)
+                key = connection.execute(
+                    insert(_groups_table).values(external_id=external_id, password=password)
+                ).inserted_primary_key
+        except IntegrityError as error:
+            raise ResourceGroupExists.named(external_id) from error
         assert key is not None
         return int(key[0])
 
