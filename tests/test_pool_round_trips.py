@@ -7,8 +7,10 @@ Each check reads the server's own per-session counters on the pooled connection 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, text
@@ -137,3 +139,36 @@ def test_a_connection_dropped_within_the_idle_time_fails_as_an_outage(
     with pooled.begin() as connection:
         assert _session(connection) != killed
         connection.execute(text("INSERT INTO probe VALUES (5)"))
+
+
+def test_connections_share_one_opportunistic_tls_context(
+    mariadb_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pymysql tries TLS where the URL asks for none, building a context that loads the system's
+    CA store for every connection (~20 ms each); the process builds it once. A URL's own TLS
+    options still build their own context, per connection, as pymysql does."""
+    built: list[ssl.SSLContext] = []
+    real = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    database._shared_tls_connection_class.cache_clear()
+    engines = [create_database_engine(mariadb_url) for _ in range(3)]
+    try:
+        contexts = []
+        for engine in engines:
+            with engine.connect() as connection:
+                assert connection.execute(text("SELECT 1")).scalar_one() == 1
+                contexts.append(connection.connection.dbapi_connection.ctx)
+    finally:
+        for engine in engines:
+            engine.dispose()
+    assert len(built) == 1 and all(context is built[0] for context in contexts)
+
+    own_options = database._shared_tls_connection_class()
+    options = {"ssl": {"check_hostname": False}, "defer_connect": True}
+    first, second = (own_options(**options) for _ in range(2))
+    assert len(built) == 3 and first.ctx is not second.ctx
