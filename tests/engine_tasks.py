@@ -6,6 +6,7 @@ effects that happened in executor processes.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -105,6 +106,11 @@ def _started(ctx: TaskContext, event: str) -> int:
     return sum(1 for line in lines if json.loads(line)["event"] == event)
 
 
+def collector(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    """Whether the executor's garbage collector runs, and whether its start-up was frozen."""
+    return [json.dumps({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}).encode()]
+
+
 def record_cleanup(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
     _record(ctx, event="cleanup")
     return []
@@ -125,5 +131,6 @@ def package() -> TaskPackage:
             "record_commit": record_commit,
             "record_commit_slowly": record_commit_slowly,
             "record_cleanup": record_cleanup,
+            "collector": collector,
         },
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -201,3 +202,36 @@ def test_the_package_is_typed_and_licensed_as_its_metadata_says() -> None:
     assert (
         "Apache License\n                           Version 2.0" in (root / "LICENSE").read_text()
     )
+
+
+def test_the_service_starts_with_the_collector_paused_and_runs_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run``'s start-up (imports, the runtime's assembly) runs with the cyclic garbage collector
+    paused (23 % less CPU for an idle ``run --until-idle`` here, issue 14); the loop runs with it
+    resumed, what the start-up built frozen out of later full collections."""
+    from coordinator import runtime
+    from coordinator.service.coordinator import Coordinator
+
+    seen: dict[str, tuple[bool, int]] = {}
+    real_open, real_run = runtime.open_runtime, Coordinator.run
+
+    def open_runtime(*args: Any, **kwargs: Any) -> Any:
+        seen["assembly"] = (gc.isenabled(), gc.get_freeze_count())
+        return real_open(*args, **kwargs)
+
+    def run(self: Coordinator, *, until_idle: bool = False) -> None:
+        seen["loop"] = (gc.isenabled(), gc.get_freeze_count())
+        real_run(self, until_idle=until_idle)
+
+    monkeypatch.setattr(runtime, "open_runtime", open_runtime)
+    monkeypatch.setattr(Coordinator, "run", run)
+    gc.unfreeze()
+    try:
+        assert main(["run", "--until-idle", "--data-dir", str(tmp_path / "var")]) == 0
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    assert seen["assembly"] == (False, 0)
+    assert seen["loop"][0] is True and seen["loop"][1] > 10_000

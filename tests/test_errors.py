@@ -31,7 +31,7 @@ EXCLUDED = {
         "a developer's tool (regenerating the gRPC stubs with protoc), not the coordinator's"
     ),
 }
-NOT_IMPORTED = {"coordinator.__main__"}  # runs the command when imported
+NOT_IMPORTED = {"coordinator.__main__", "coordinator.engine.embedded.__main__"}  # run when imported
 
 
 def _exception_classes() -> dict[str, type[BaseException]]:

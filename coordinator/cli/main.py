@@ -441,16 +441,25 @@ def _database(config: CoordinatorConfig) -> Iterator[Engine]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import gc
     import signal
     import threading
 
-    from coordinator.runtime import open_runtime
-    from coordinator.service import logs
+    # The start-up (imports, the runtime's assembly) with the cyclic collector paused: it would
+    # run again and again over objects that all live as long as the service (as executors do:
+    # ``coordinator.engine.embedded.__main__``); frozen after, later full collections skip them.
+    gc.disable()
+    try:
+        from coordinator.runtime import open_runtime
+        from coordinator.service import logs
 
-    config = _config(args)
-    logs_dir = os.environ.get(logs.LOGS_DIR_ENV)
-    _configure_logs(args, config, logging.INFO, logs_dir=Path(logs_dir) if logs_dir else None)
-    runtime = open_runtime(config)
+        config = _config(args)
+        logs_dir = os.environ.get(logs.LOGS_DIR_ENV)
+        _configure_logs(args, config, logging.INFO, logs_dir=Path(logs_dir) if logs_dir else None)
+        runtime = open_runtime(config)
+    finally:
+        gc.freeze()
+        gc.enable()
     coordinator = runtime.coordinator
     grace = config.compression_coordinator.termination_timeout_secs
 

@@ -369,7 +369,7 @@ class EmbeddedSpider:
         self._retention = terminated_job_retention_secs
         self._clock = clock
         self._closed = False
-        command = [sys.executable, "-m", "coordinator.engine.embedded.executor"]
+        command = [sys.executable, "-m", "coordinator.engine.embedded"]
         for name, factory in packages.items():
             command += ["--package", f"{name}={factory}"]
         environment = {**os.environ, **settings.to_environment(), **(executor_environment or {})}

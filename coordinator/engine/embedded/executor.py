@@ -1,8 +1,10 @@
 """The task executor: a worker process that runs task instances one at a time.
 
-``python -m coordinator.engine.embedded.executor --package NAME=module:factory …`` reads framed
-requests on stdin and writes framed replies on stdout (``protocol``). Task code may print: the
-process's stdout is redirected to stderr, and replies go to a private copy of the original stdout.
+``python -m coordinator.engine.embedded --package NAME=module:factory …`` (``__main__``, which
+pauses the garbage collector for the start-up; ``-m coordinator.engine.embedded.executor`` runs
+the same without the pause) reads framed requests on stdin and writes framed replies on stdout
+(``protocol``). Task code may print: the process's stdout is redirected to stderr, and replies go
+to a private copy of the original stdout.
 The worker's settings come from ``$COORDINATOR_WORKER_SETTINGS`` (``WorkerSettings``). With
 ``--parent-pid`` it dies with that process (``die_with_parent``): a SIGKILLed coordinator leaves no
 executor behind holding database connections.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import importlib
 import logging
 import os
@@ -145,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         die_with_parent(args.parent_pid)
     configure_logging()
     packages = {package.name: package for package in map(load_package, args.package)}
+    if not gc.isenabled():  # paused for the start-up (``__main__``): everything loaded stays
+        gc.freeze()
+        gc.enable()
     replies: IO[bytes] = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever tasks print goes to stderr, never into the reply stream
     sys.stdout = sys.stderr
