@@ -245,8 +245,8 @@ def test_an_executor_starts_with_the_collector_paused_and_runs_tasks_with_it(
     migrated_engine: Engine, tmp_path: Path
 ) -> None:
     """The engine starts ``python -m coordinator.engine.embedded``, which pauses the cyclic
-    garbage collector for the imports (12-20 % of an executor's start-up CPU, issue 14); before
-    its first task the executor freezes what it loaded and resumes the collector."""
+    garbage collector for the imports (about a quarter of an executor's start-up CPU, issue 14);
+    before its first task the executor freezes what it loaded and resumes the collector."""
     with running_engine(migrated_engine, tmp_path, workers=1) as spider:
         assert all(
             manager._command[1:3] == ["-m", "coordinator.engine.embedded"]
