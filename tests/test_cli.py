@@ -235,3 +235,34 @@ def test_the_service_starts_with_the_collector_paused_and_runs_with_it(
         gc.unfreeze()
     assert seen["assembly"] == (False, 0)
     assert seen["loop"][0] is True and seen["loop"][1] > 10_000
+
+
+def test_spider_serve_starts_with_the_collector_paused_and_serves_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spider serve`` is long-lived too: its start-up (imports, the engine) as ``run``'s."""
+    from coordinator.engine import grpc_server
+    from coordinator.runtime import embedded_spider
+
+    seen: dict[str, tuple[bool, int]] = {}
+
+    def engine_started(*args: Any, **kwargs: Any) -> Any:
+        seen["assembly"] = (gc.isenabled(), gc.get_freeze_count())
+        return embedded_spider(*args, **kwargs)
+
+    def serving(*args: Any, **kwargs: Any) -> None:
+        seen["serving"] = (gc.isenabled(), gc.get_freeze_count())
+
+    monkeypatch.setattr("coordinator.runtime.embedded_spider", engine_started)
+    monkeypatch.setattr(grpc_server, "run_server", serving)
+    data = ["--data-dir", str(tmp_path / "var")]
+    assert main(["db", "upgrade", *data]) == 0
+    gc.unfreeze()
+    try:
+        assert main(["spider", "serve", "--port", "0", *data]) == 0
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    assert seen["assembly"] == (False, 0)
+    assert seen["serving"][0] is True and seen["serving"][1] > 10_000

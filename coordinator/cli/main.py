@@ -14,6 +14,7 @@ command's start-up does not pay for the others' (issue 14; ``tests/test_cli_impo
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -440,16 +441,25 @@ def _database(config: CoordinatorConfig) -> Iterator[Engine]:
 # --- the service ------------------------------------------------------------------------------
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """A long-lived command's start-up (imports, assembly) with the cyclic garbage collector
+    paused: it would run again and again over objects that all live as long as the process (as in
+    executors: ``coordinator.engine.embedded.__main__``). What the start-up built is frozen
+    after (later full collections skip it) and the collector resumed, whatever happened."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
 def _run(args: argparse.Namespace) -> int:
-    import gc
     import signal
     import threading
 
-    # The start-up (imports, the runtime's assembly) with the cyclic collector paused: it would
-    # run again and again over objects that all live as long as the service (as executors do:
-    # ``coordinator.engine.embedded.__main__``); frozen after, later full collections skip them.
-    gc.disable()
-    try:
+    with _collector_paused():
         from coordinator.runtime import open_runtime
         from coordinator.service import logs
 
@@ -457,9 +467,6 @@ def _run(args: argparse.Namespace) -> int:
         logs_dir = os.environ.get(logs.LOGS_DIR_ENV)
         _configure_logs(args, config, logging.INFO, logs_dir=Path(logs_dir) if logs_dir else None)
         runtime = open_runtime(config)
-    finally:
-        gc.freeze()
-        gc.enable()
     coordinator = runtime.coordinator
     grace = config.compression_coordinator.termination_timeout_secs
 
@@ -527,14 +534,15 @@ def _spider_serve(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from coordinator.engine.grpc_server import run_server
-    from coordinator.runtime import embedded_spider
-    from coordinator.store.opening import open_engine
+    with _collector_paused():
+        from coordinator.engine.grpc_server import run_server
+        from coordinator.runtime import embedded_spider
+        from coordinator.store.opening import open_engine
 
-    config = _config(args)
-    _configure_logs(args, config, logging.INFO)
-    engine = open_engine(config)
-    embedded = embedded_spider(config, engine).start()
+        config = _config(args)
+        _configure_logs(args, config, logging.INFO)
+        engine = open_engine(config)
+        embedded = embedded_spider(config, engine).start()
     stopped = threading.Event()
 
     def stop(signum: int, _: FrameType | None) -> None:
