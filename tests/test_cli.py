@@ -217,22 +217,16 @@ def test_the_service_starts_with_the_collector_paused_and_runs_with_it(
     real_open, real_run = runtime.open_runtime, Coordinator.run
 
     def open_runtime(*args: Any, **kwargs: Any) -> Any:
-        seen["assembly"] = (gc.isenabled(), gc.get_freeze_count())
+        seen["assembly"] = _collector()
         return real_open(*args, **kwargs)
 
     def run(self: Coordinator, *, until_idle: bool = False) -> None:
-        seen["loop"] = (gc.isenabled(), gc.get_freeze_count())
+        seen["loop"] = _collector()
         real_run(self, until_idle=until_idle)
 
     monkeypatch.setattr(runtime, "open_runtime", open_runtime)
     monkeypatch.setattr(Coordinator, "run", run)
-    gc.unfreeze()
-    try:
-        assert main(["run", "--until-idle", "--data-dir", str(tmp_path / "var")]) == 0
-        assert gc.isenabled()
-    finally:
-        gc.enable()
-        gc.unfreeze()
+    _main_unfrozen("run", "--until-idle", "--data-dir", str(tmp_path / "var"))
     assert seen["assembly"] == (False, 0)
     assert seen["loop"][0] is True and seen["loop"][1] > 10_000
 
@@ -247,22 +241,33 @@ def test_spider_serve_starts_with_the_collector_paused_and_serves_with_it(
     seen: dict[str, tuple[bool, int]] = {}
 
     def engine_started(*args: Any, **kwargs: Any) -> Any:
-        seen["assembly"] = (gc.isenabled(), gc.get_freeze_count())
+        seen["assembly"] = _collector()
         return embedded_spider(*args, **kwargs)
 
     def serving(*args: Any, **kwargs: Any) -> None:
-        seen["serving"] = (gc.isenabled(), gc.get_freeze_count())
+        seen["serving"] = _collector()
 
     monkeypatch.setattr("coordinator.runtime.embedded_spider", engine_started)
     monkeypatch.setattr(grpc_server, "run_server", serving)
     data = ["--data-dir", str(tmp_path / "var")]
     assert main(["db", "upgrade", *data]) == 0
+    _main_unfrozen("spider", "serve", "--port", "0", *data)
+    assert seen["assembly"] == (False, 0)
+    assert seen["serving"][0] is True and seen["serving"][1] > 10_000
+
+
+def _collector() -> tuple[bool, int]:
+    """Whether the cyclic garbage collector runs, and how many objects are frozen."""
+    return gc.isenabled(), gc.get_freeze_count()
+
+
+def _main_unfrozen(*argv: str) -> None:
+    """``main(argv)`` succeeds, from nothing frozen, leaving the collector running; this test
+    process's collector is left as it was found."""
     gc.unfreeze()
     try:
-        assert main(["spider", "serve", "--port", "0", *data]) == 0
+        assert main(list(argv)) == 0
         assert gc.isenabled()
     finally:
         gc.enable()
         gc.unfreeze()
-    assert seen["assembly"] == (False, 0)
-    assert seen["serving"][0] is True and seen["serving"][1] > 10_000
