@@ -1,4 +1,5 @@
-"""The SQL a test's code sends: every statement's text, as the driver receives it."""
+"""The SQL a test's code sends: every statement's text, as the driver receives it; and what the
+MariaDB server counted of a session's requests."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event, text
 
 
 @contextmanager
@@ -27,3 +28,10 @@ def statements_sent(engine: Engine) -> Iterator[list[str]]:
 def one_line(statement: str) -> str:
     """``statement`` in lower case on one line (whitespace runs made one space)."""
     return " ".join(statement.split()).lower()
+
+
+def session_counter(connection: Connection, name: str) -> int:
+    """MariaDB's own count ``name`` (``Com_commit``, ``Com_rollback``...) for the session of
+    ``connection``: what the server received on it, whatever the client believes it sent."""
+    row = connection.execute(text("SHOW SESSION STATUS LIKE :name"), {"name": name}).one()
+    return int(row[1])

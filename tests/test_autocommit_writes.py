@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, event, select, text
 
+from bench.noop import self_committed
 from coordinator.engine.tasks import records
 from coordinator.lifecycle import JobStatus
 from coordinator.spider.port import JobState
@@ -26,6 +27,7 @@ from coordinator.store.schema import engine_jobs
 from coordinator.store.stored_archives import STORED, STORING, stored_archives
 from tests.engine_support import graph, running_engine, submit, task, wait_for
 from tests.paths import SPIDER_ID, new_job_in, stored_record
+from tests.sql_capture import session_counter
 
 PASSWORD = b"compression-coordinator"
 
@@ -35,11 +37,6 @@ def writes(migrated_engine: Engine) -> Iterator[AutocommitWrites]:
     writes = AutocommitWrites(migrated_engine, pool_size=1)
     yield writes
     writes.dispose()
-
-
-def _counter(connection: Connection, name: str) -> int:
-    row = connection.execute(text("SHOW SESSION STATUS LIKE :name"), {"name": name}).one()
-    return int(row[1])
 
 
 def _stored_state(engine: Engine, archive_id: str) -> str | None:
@@ -67,9 +64,12 @@ def test_a_write_is_committed_by_itself_with_no_commit_or_rollback_sent(
         return
     assert commits == []  # neither went through the engine's transactions
     with writes.connection() as connection:  # the pool's one connection, which wrote both
-        assert (_counter(connection, "Com_commit"), _counter(connection, "Com_rollback")) == (0, 0)
-        assert _counter(connection, "Com_insert") == 1
-        assert _counter(connection, "Com_update") == 1
+        assert (
+            session_counter(connection, "Com_commit"),
+            session_counter(connection, "Com_rollback"),
+        ) == (0, 0)
+        assert session_counter(connection, "Com_insert") == 1
+        assert session_counter(connection, "Com_update") == 1
 
 
 def test_a_session_reads_committed_as_every_other_session(
@@ -77,9 +77,9 @@ def test_a_session_reads_committed_as_every_other_session(
 ) -> None:
     """Under the server's default (REPEATABLE READ) the ``storing`` insert's read of the job
     would lock the job's row; the coordinator's sessions are all READ COMMITTED."""
+    if not is_mysql(migrated_engine):
+        pytest.skip("SQLite has no isolation levels to choose")
     with writes.connection() as connection:
-        if not is_mysql(migrated_engine):
-            pytest.skip("SQLite has no isolation levels to choose")
         level = connection.execute(text("SELECT @@SESSION.tx_isolation")).scalar_one()
     assert level == "READ-COMMITTED"
 
@@ -135,8 +135,7 @@ def test_the_embedded_engine_records_its_states_in_one_statement_each(
 
     def record(connection: Connection, _cursor: Any, statement: str, *_: Any) -> None:
         if statement.lstrip().upper().startswith("UPDATE SPIDER_ENGINE_JOBS"):
-            autocommit = getattr(connection.connection.dbapi_connection, "get_autocommit", None)
-            seen.append((statement, bool(autocommit and autocommit())))
+            seen.append((statement, self_committed(connection)))
 
     event.listen(Engine, "before_cursor_execute", record)
     try:

@@ -18,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 
 from coordinator.store import database
 from coordinator.store.database import create_database_engine, is_transient
+from tests.sql_capture import session_counter
 
 pytestmark = pytest.mark.mariadb
 
@@ -45,11 +46,6 @@ def _another_connection(mariadb_url: str) -> Iterator[Connection]:
         engine.dispose()
 
 
-def _counter(connection: Connection, name: str) -> int:
-    row = connection.execute(text("SHOW SESSION STATUS LIKE :name"), {"name": name}).one()
-    return int(row[1])
-
-
 def _session(connection: Connection) -> int:
     return int(connection.execute(text("SELECT CONNECTION_ID()")).scalar_one())
 
@@ -58,10 +54,10 @@ def test_a_committed_connection_goes_back_to_the_pool_without_a_rollback(pooled:
     with pooled.begin() as connection:
         session = _session(connection)
         connection.execute(text("INSERT INTO probe VALUES (1)"))
-        rollbacks = _counter(connection, "Com_rollback")
+        rollbacks = session_counter(connection, "Com_rollback")
     with pooled.begin() as connection:
         assert _session(connection) == session
-        assert _counter(connection, "Com_rollback") == rollbacks
+        assert session_counter(connection, "Com_rollback") == rollbacks
 
 
 def test_a_transaction_left_open_on_a_connection_is_rolled_back(pooled: Engine) -> None:
@@ -89,10 +85,10 @@ def test_a_transaction_left_open_under_sqlalchemy_is_rolled_back_by_the_pool(
 def test_a_connection_in_use_is_not_pinged(pooled: Engine) -> None:
     with pooled.connect() as connection:
         session = _session(connection)
-        pings = _counter(connection, "Com_admin_commands")
+        pings = session_counter(connection, "Com_admin_commands")
     with pooled.connect() as connection:
         assert _session(connection) == session
-        assert _counter(connection, "Com_admin_commands") == pings
+        assert session_counter(connection, "Com_admin_commands") == pings
 
 
 def test_an_idle_connection_is_pinged_before_reuse(
@@ -100,11 +96,11 @@ def test_an_idle_connection_is_pinged_before_reuse(
 ) -> None:
     with pooled.connect() as connection:
         session = _session(connection)
-        pings = _counter(connection, "Com_admin_commands")
+        pings = session_counter(connection, "Com_admin_commands")
     monkeypatch.setattr(database, "PING_AFTER_IDLE_SECS", 0.0)
     with pooled.connect() as connection:
         assert _session(connection) == session
-        assert _counter(connection, "Com_admin_commands") == pings + 1
+        assert session_counter(connection, "Com_admin_commands") == pings + 1
 
 
 def _kill_pooled_session(pooled: Engine, mariadb_url: str) -> int:

@@ -141,7 +141,7 @@ def _shared_tls_connection_class() -> type[Any]:
 
     class SharedTlsConnection(PyMySQLConnection):  # type: ignore[misc]
         def _create_ssl_ctx(self, sslp: Any) -> Any:
-            if not isinstance(sslp, dict) or sslp:
+            if sslp != {}:  # the URL's own TLS options (or a context): pymysql's way
                 return super()._create_ssl_ctx(sslp)
             with lock:
                 if not shared:
@@ -173,6 +173,7 @@ class AutocommitWrites:
     def __init__(self, engine: Engine, *, pool_size: int = 2) -> None:
         self.engine = engine
         self._pool_size = pool_size
+        self._on_mysql = is_mysql(engine)
         self._autocommit: Engine | None = None
         self._lock = threading.Lock()
 
@@ -180,11 +181,11 @@ class AutocommitWrites:
     def connection(self) -> Iterator[Connection]:
         """A connection for one write (see the class). Raises the driver's errors; a failed write
         may have been committed all the same when its reply was lost, as a failed ``COMMIT``."""
-        if not is_mysql(self.engine):
+        if not self._on_mysql:
             with self.engine.begin() as connection:
                 yield connection
             return
-        with self._sibling().connect() as connection:
+        with (self._autocommit or self._sibling()).connect() as connection:
             yield connection
 
     def dispose(self) -> None:
@@ -194,6 +195,7 @@ class AutocommitWrites:
                 self._autocommit.dispose()
 
     def _sibling(self) -> Engine:
+        """The sibling engine, made by the first write (the lock only guards its making)."""
         with self._lock:
             if self._autocommit is None:
                 self._autocommit = _mysql_engine(
