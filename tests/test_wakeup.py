@@ -19,7 +19,12 @@ from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.lifecycle import JobStatus
 from coordinator.runtime import open_runtime
-from coordinator.service.coordinator import ADVANCE_CONCURRENCY, WOKEN_TICK_SPACING_SECS
+from coordinator.service.coordinator import (
+    ADVANCE_CONCURRENCY,
+    ENDINGS_SPACING_SECS,
+    WOKEN_TICK_SPACING_SECS,
+    Coordinator,
+)
 from coordinator.service.driven import DrivenJob
 from coordinator.service.ingest import submit_job
 from coordinator.service.outcomes import Ended
@@ -102,22 +107,20 @@ def test_the_pause_ends_when_the_loop_is_woken_or_stopped(
 def test_a_wake_soon_after_a_tick_waits_out_the_spacing_and_a_later_one_does_not(
     config: CoordinatorConfig, monkeypatch: pytest.MonkeyPatch, since_last_tick: float
 ) -> None:
-    """Woken ticks are spaced (``WOKEN_TICK_SPACING_SECS`` from the last tick's start): jobs that
-    end one after another are concluded together. The wait is read, not timed."""
+    """While Pending jobs may wait for places (the last claim filled them), woken ticks are
+    spaced by ``WOKEN_TICK_SPACING_SECS`` from the last tick's start: jobs that end one after
+    another are concluded together, and the places they free are claimed soon. The wait is read,
+    not timed."""
     with open_runtime(config, lease_secs=30) as rt:
         coordinator = rt.coordinator
-        waits: list[float | None] = []
-
-        def wait(timeout: float | None = None) -> bool:
-            waits.append(timeout)
-            return False
-
-        monkeypatch.setattr(coordinator.stopping, "wait", wait)
+        waits = _recorded_waits(coordinator, monkeypatch)
         coordinator.tick()
         coordinator.wake(7)
+        coordinator.leases.filled_capacity = True
         # As if the last tick started just now (or a second ago): the tick above may itself
         # have taken longer than the spacing on a loaded machine.
         coordinator._last_tick_started = time.monotonic() - since_last_tick
+        coordinator._last_ending_tick_started = time.monotonic()
         coordinator._sleep(3600.0)
         if since_last_tick:
             assert waits == []  # served at once
@@ -125,6 +128,69 @@ def test_a_wake_soon_after_a_tick_waits_out_the_spacing_and_a_later_one_does_not
             assert len(waits) == 1
             spacing = waits[0]
             assert spacing is not None and 0 < spacing <= WOKEN_TICK_SPACING_SECS
+
+
+@pytest.mark.parametrize("since_last_ending", [0.0, 1.0])
+def test_with_places_free_a_wake_is_spaced_from_the_last_tick_that_concluded_a_job(
+    config: CoordinatorConfig, monkeypatch: pytest.MonkeyPatch, since_last_ending: float
+) -> None:
+    """With no Pending job waiting for a place, a wake waits until ``ENDINGS_SPACING_SECS``
+    after the last tick that concluded a job (endings in a stream are concluded several at a
+    time), and the loop's own ticks in between do not delay it: a job ending after a quiet spell
+    is concluded at once, even right after a tick that concluded nothing."""
+    with open_runtime(config, lease_secs=30) as rt:
+        coordinator = rt.coordinator
+        waits = _recorded_waits(coordinator, monkeypatch)
+        report = coordinator.tick()  # claims nothing: places are free
+        assert not report.concluded and not coordinator.leases.filled_capacity
+        coordinator._last_ending_tick_started = time.monotonic() - since_last_ending
+        coordinator.wake(7)
+        coordinator._sleep(3600.0)
+        if since_last_ending:
+            assert waits == []  # served at once, though a tick started just now
+        else:
+            assert len(waits) == 1
+            spacing = waits[0]
+            assert spacing is not None and spacing > WOKEN_TICK_SPACING_SECS
+            assert spacing <= ENDINGS_SPACING_SECS
+
+
+@pytest.mark.slow
+def test_a_tick_that_concludes_a_job_starts_the_spacing_of_endings(
+    config: CoordinatorConfig,
+) -> None:
+    """The spacing of endings runs from the start of the tick that concluded a job; ticks that
+    conclude none leave it."""
+    with open_runtime(config, lease_secs=30) as rt:
+        coordinator = rt.coordinator
+        job_id = submit_job(config, rt.engine, timestamp_key="timestamp")
+        coordinator.tick()  # claims and submits it
+        spider_id = job_row(rt, job_id).spider_id
+        assert spider_id is not None
+        never = coordinator._last_ending_tick_started
+        wait_for(rt.spider, spider_id, JobState.SUCCEEDED)
+        started = time.monotonic()
+        report = coordinator.tick()  # woken by the engine
+        assert report.concluded == [job_id]
+        assert coordinator._last_ending_tick_started >= started > never
+        concluding = coordinator._last_ending_tick_started
+        assert not coordinator.tick().concluded
+        assert coordinator._last_ending_tick_started == concluding
+        assert coordinator._last_tick_started > concluding
+
+
+def _recorded_waits(
+    coordinator: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> list[float | None]:
+    """The timeouts the loop's pauses on ``stopping`` ask for (each returns at once)."""
+    waits: list[float | None] = []
+
+    def wait(timeout: float | None = None) -> bool:
+        waits.append(timeout)
+        return False
+
+    monkeypatch.setattr(coordinator.stopping, "wait", wait)
+    return waits
 
 
 @pytest.mark.slow
