@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.lifecycle import JobStatus
 from coordinator.runtime import open_runtime
+from coordinator.service import coordinator as coordinator_module
 from coordinator.service.coordinator import (
     ADVANCE_CONCURRENCY,
     ENDINGS_SPACING_SECS,
@@ -117,17 +119,14 @@ def test_a_wake_soon_after_a_tick_waits_out_the_spacing_and_a_later_one_does_not
         coordinator.tick()
         coordinator.wake(7)
         coordinator.leases.filled_capacity = True
-        # As if the last tick started just now (or a second ago): the tick above may itself
-        # have taken longer than the spacing on a loaded machine.
-        coordinator._last_tick_started = time.monotonic() - since_last_tick
-        coordinator._last_ending_tick_started = time.monotonic()
+        now = _frozen_monotonic(monkeypatch)
+        coordinator._last_tick_started = now - since_last_tick
+        coordinator._last_ending_tick_started = now
         coordinator._sleep(3600.0)
         if since_last_tick:
             assert waits == []  # served at once
         else:
-            assert len(waits) == 1
-            spacing = waits[0]
-            assert spacing is not None and 0 < spacing <= WOKEN_TICK_SPACING_SECS
+            assert waits == [pytest.approx(WOKEN_TICK_SPACING_SECS)]
 
 
 @pytest.mark.parametrize("since_last_ending", [0.0, 1.0])
@@ -143,16 +142,16 @@ def test_with_places_free_a_wake_is_spaced_from_the_last_tick_that_concluded_a_j
         waits = _recorded_waits(coordinator, monkeypatch)
         report = coordinator.tick()  # claims nothing: places are free
         assert not report.concluded and not coordinator.leases.filled_capacity
-        coordinator._last_ending_tick_started = time.monotonic() - since_last_ending
+        now = _frozen_monotonic(monkeypatch)
+        coordinator._last_tick_started = now  # a tick (that concluded nothing) just started
+        coordinator._last_ending_tick_started = now - since_last_ending
         coordinator.wake(7)
         coordinator._sleep(3600.0)
         if since_last_ending:
             assert waits == []  # served at once, though a tick started just now
         else:
-            assert len(waits) == 1
-            spacing = waits[0]
-            assert spacing is not None and spacing > WOKEN_TICK_SPACING_SECS
-            assert spacing <= ENDINGS_SPACING_SECS
+            assert waits == [pytest.approx(ENDINGS_SPACING_SECS)]
+            assert ENDINGS_SPACING_SECS > WOKEN_TICK_SPACING_SECS
 
 
 @pytest.mark.slow
@@ -177,6 +176,15 @@ def test_a_tick_that_concludes_a_job_starts_the_spacing_of_endings(
         assert not coordinator.tick().concluded
         assert coordinator._last_ending_tick_started == concluding
         assert coordinator._last_tick_started > concluding
+
+
+def _frozen_monotonic(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Freeze the real-time clock the loop's pauses read (``time.monotonic`` in the coordinator
+    module); the instant it is frozen at."""
+    now = time.monotonic()
+    clock = types.SimpleNamespace(monotonic=lambda: now, perf_counter=time.perf_counter)
+    monkeypatch.setattr(coordinator_module, "time", clock)
+    return now
 
 
 def _recorded_waits(

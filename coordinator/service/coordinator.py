@@ -91,11 +91,11 @@ without a wake."""
 ENDINGS_SPACING_SECS = 0.15
 """The least time from the start of the last tick that concluded a job to a tick ``wake`` causes,
 while no Pending job waits for a place (the last claim left places free). Jobs that end in a
-stream (small jobs on a busy engine: one every 10-20 ms) are then concluded seven or so at a time,
-which costs the loop a quarter less CPU per job than ending them two at a time (issue 14, P1); a
-job that ends after a quieter spell, a big job's end above all, is concluded at once. Ending a
-job later frees no Spider worker sooner or later (the engine runs its queue on its own), so only
-the job's ``Succeeded`` row waits, by at most this."""
+stream (small jobs on a busy engine: one every 10-20 ms) are then concluded seven or so at a
+time, which costs the loop's process a quarter to a third less CPU per job than two at a time
+(issue 14, P1); a job that ends after a quieter spell, a big job's end above all, is concluded
+at once. Concluding a job later frees no Spider worker later (the engine runs its queue on its
+own), so only the job's ``Succeeded`` row waits, by at most this."""
 ADVANCE_CONCURRENCY = 4
 """How many driven jobs a tick submits or polls at once (each job by one thread at a time): the
 per-job work is mostly waiting for the database and Spider."""
