@@ -194,6 +194,13 @@ _RELEASE = (
 _CANCEL_REQUESTED = select(_jobs.c.id).where(
     _jobs.c.id.in_(bindparam("w_ids", expanding=True)), _jobs.c.cancel_requested_at.is_not(None)
 )
+_CANCEL_REQUESTED_BETWEEN = select(_jobs.c.id).where(
+    _jobs.c.id.between(bindparam("w_first"), bindparam("w_last")),
+    _jobs.c.cancel_requested_at.is_not(None),
+)
+DENSE_IDS_SPAN = 4
+"""The cancel read reads the range of the ids asked about when it is at most this many times as
+long as their number (``cancel_requests``)."""
 _STILL_PENDING = select(_jobs.c.id).where(
     _jobs.c.id.in_(bindparam("w_ids", expanding=True)),
     _jobs.c.status == int(JobStatus.PENDING),
@@ -364,10 +371,23 @@ def request_cancel(engine: Engine, job_id: int, now: datetime) -> bool:
 
 
 def cancel_requests(engine: Engine, job_ids: Collection[int]) -> set[int]:
-    """Which of ``job_ids`` an operator asked to cancel."""
+    """Which of ``job_ids`` an operator asked to cancel. Raises the driver's errors.
+
+    Jobs are claimed oldest first, so the ids of the jobs in flight are usually dense: their
+    range (``DENSE_IDS_SPAN``) is then read by primary key, at most that many rows whatever the
+    backlog, instead of one lookup per id sent in a list (the loop reads every job it drives
+    each ``job_polling_interval_millisecs``: with 1,000 in flight on MariaDB the list took
+    1.5-2.3 ms a read and grew with the table, the range 0.3-0.4 ms; issue 14, P3). Requests of
+    other jobs in the range are left out.
+    """
     if not job_ids:
         return set()
+    first, last = min(job_ids), max(job_ids)
     with reading(engine) as connection:
+        if last - first < DENSE_IDS_SPAN * len(job_ids):
+            asked = set(job_ids)
+            rows = connection.execute(_CANCEL_REQUESTED_BETWEEN, {"w_first": first, "w_last": last})
+            return {row.id for row in rows if row.id in asked}
         rows = connection.execute(_CANCEL_REQUESTED, {"w_ids": list(job_ids)})
         return {row.id for row in rows}
 
