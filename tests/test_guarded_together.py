@@ -1,7 +1,8 @@
 """Fenced moves of one edge that write the same values are made together (issue 14).
 
 ``apply_transitions`` moves a tick's finalisations with one locking read and one ``UPDATE``
-(repeating every guard), instead of one ``UPDATE`` per job. What each job ends as must not
+(repeating every guard), instead of one ``UPDATE`` per job; a batch's submissions too, each job's
+own Spider job and task count written by a ``CASE`` on its id. What each job ends as must not
 change: every test here runs the same requests one by one (``TOGETHER_AT_LEAST`` out of reach)
 and together, and compares the results, the rows and the history. SQLite and MariaDB.
 """
@@ -172,8 +173,8 @@ def test_an_update_that_disagrees_with_its_locked_read_moves_nothing(
     jobs = [new_job_in(store, JobStatus.COMMITTED, spider_id=500 + i) for i in range(3)]
     real = guarded._together_update
 
-    def matching_nothing(edge: Any, unless: bool) -> Any:
-        return real(edge, unless).where(jobs_table.c.id < 0)
+    def matching_nothing(edge: Any, unless: bool, jobs_written: int = 0) -> Any:
+        return real(edge, unless, jobs_written).where(jobs_table.c.id < 0)
 
     monkeypatch.setattr(guarded, "_together_update", matching_nothing)
     with pytest.raises(GuardedWriteMismatch, match="3 locked jobs changed 0 rows"):
@@ -181,3 +182,96 @@ def test_an_update_that_disagrees_with_its_locked_read_moves_nothing(
     for job in jobs:
         state, _, _, history = _row(migrated_engine, job)
         assert (state, history) == (JobStatus.COMMITTED, ())
+
+
+def _submit(job_id: int, spider_id: int, num_tasks: int, *, fence: int = 0) -> TransitionRequest:
+    return request(
+        job_id,
+        "submitted",
+        JobStatus.PENDING,
+        JobStatus.RUNNING,
+        Actor.COORDINATOR,
+        spider_id=spider_id,
+        num_tasks=num_tasks,
+        fence=fence,
+        unless_cancel_requested=True,
+    )
+
+
+def _submissions(store: JobStore, base: int) -> list[TransitionRequest]:
+    """Six submissions, each with its own Spider job and task count: four that hold, one fenced
+    out, one of a job already submitted."""
+    pending = [new_job_in(store, JobStatus.PENDING) for _ in range(5)]
+    running = new_job_in(store, JobStatus.RUNNING, spider_id=base + 50)
+    return [
+        _submit(pending[0], base, 1),
+        _submit(pending[1], base + 1, 4),
+        _submit(pending[2], base + 2, 2, fence=7),
+        _submit(running, base + 3, 3),
+        _submit(pending[3], base + 4, 9),
+        _submit(pending[4], base + 5, 5),
+    ]
+
+
+def _submitted_row(engine: Engine, job_id: int) -> tuple[object, ...]:
+    with engine.connect() as connection:
+        row = connection.execute(select(jobs_table).where(jobs_table.c.id == job_id)).one()
+        history = connection.execute(
+            select(history_table.c.trigger, history_table.c.spider_id, history_table.c.lease_epoch)
+            .where(history_table.c.job_id == job_id, history_table.c.trigger == "submitted")
+            .order_by(history_table.c.id)
+        ).all()
+    return (
+        JobStatus(row.status),
+        row.spider_id,
+        row.num_tasks,
+        row.start_time is not None,
+        row.dispatch_time is not None,
+        tuple(history),
+    )
+
+
+def test_submissions_together_write_each_job_its_own_spider_job_and_task_count(
+    store: JobStore, migrated_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alone = _submissions(store, 1000)
+    together = _submissions(store, 2000)
+    with monkeypatch.context() as patch:
+        patch.setattr(guarded, "TOGETHER_AT_LEAST", 10**6)
+        with _statements(migrated_engine) as one_by_one:
+            alone_results = _apply(migrated_engine, alone)
+    with _statements(migrated_engine) as batched:
+        together_results = _apply(migrated_engine, together)
+
+    assert [_outcome(r) for r in together_results] == [_outcome(r) for r in alone_results]
+    assert [type(r).__name__ for r in together_results] == [
+        "Applied",
+        "Applied",
+        "LostRace",
+        "LostRace",
+        "Applied",
+        "Applied",
+    ]
+    for one, other, result in zip(alone, together, together_results, strict=True):
+        alone_row = _submitted_row(migrated_engine, one.job_id)
+        together_row = _submitted_row(migrated_engine, other.job_id)
+        if isinstance(result, Applied):
+            # Each job its own Spider job and task count, as the one-by-one move wrote them.
+            assert together_row[1:3] == (other.spider_id, other.num_tasks)
+            assert alone_row[1:3] == (one.spider_id, one.num_tasks)
+            assert together_row[5] == (("submitted", other.spider_id, 0),)
+        # Everything else alike (a lost race leaves its row as it was).
+        assert (together_row[0], *together_row[2:5]) == (alone_row[0], *alone_row[2:5])
+        assert len(together_row[5]) == len(alone_row[5])
+
+    def moves(statements: list[str]) -> list[str]:
+        return [s for s in statements if s.startswith("UPDATE compression_jobs")]
+
+    assert len(moves(one_by_one)) == 6
+    [update] = moves(batched)  # one for the four that hold
+    assert "CASE" in update and "spider_id" in update and "num_tasks" in update
+
+
+def _outcome_of(results: list[TransitionResult], request: TransitionRequest) -> TransitionResult:
+    [result] = [r for r in results if r.job_id == request.job_id]
+    return result

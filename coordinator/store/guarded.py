@@ -44,6 +44,7 @@ from sqlalchemy import (
     Select,
     Update,
     bindparam,
+    case,
     func,
     insert,
     select,
@@ -263,14 +264,21 @@ class GuardedWriteMismatch(CoordinatorError, RuntimeError):
     Only a broken lock could cause it; the caller's transaction is to be rolled back."""
 
 
+PER_JOB_VALUES = ("v_spider_id", "v_num_tasks")
+"""What moves made together may write differently for each job (a submission's Spider job and
+its task count): a ``CASE`` on the job's id writes each its own."""
+
+
 @dataclass(frozen=True)
 class _Group:
-    """Moves of one edge, fenced, with the same values to write: made together."""
+    """Moves of one edge, fenced, with the same values to write but ``PER_JOB_VALUES`` (``per_job``:
+    each job's own, by id): made together."""
 
     indices: tuple[int, ...]
     edge: Edge
     unless_cancel_requested: bool
     values: dict[str, object]
+    per_job: dict[int, dict[str, object]]
 
 
 def _groups(
@@ -281,8 +289,9 @@ def _groups(
 ) -> list[_Group]:
     """The moves of ``requests`` to make together: fenced ones whose compare-and-set reads nothing
     first (no duration to compute), of jobs asked to move once, grouped by edge, statement and
-    values written; ``TOGETHER_AT_LEAST`` of a kind or more."""
+    values written (``PER_JOB_VALUES`` apart); ``TOGETHER_AT_LEAST`` of a kind or more."""
     kinds: dict[tuple[Any, ...], list[int]] = {}
+    per_job: dict[int, dict[str, object]] = {}
     for index, request in enumerate(requests):
         edge = validate_request(request)
         if request.fence is None or Record.DURATION in edge.records:
@@ -290,12 +299,19 @@ def _groups(
         values = _set_values(
             edge, request, now, fit_message, start_time=None, committed_storage=committed_storage
         )
+        per_job[index] = {name: values.pop(name) for name in PER_JOB_VALUES if name in values}
         kind = (edge, request.unless_cancel_requested, tuple(sorted(values.items())))
         kinds.setdefault(kind, []).append(index)
     # A job asked to move twice is left to the one-by-one moves, which apply the first only.
     requests_of_job = Counter(request.job_id for request in requests)
     return [
-        _Group(tuple(indices), kind[0], kind[1], dict(kind[2]))
+        _Group(
+            tuple(indices),
+            kind[0],
+            kind[1],
+            dict(kind[2]),
+            {requests[index].job_id: per_job[index] for index in indices},
+        )
         for kind, indices in kinds.items()
         if len(indices) >= TOGETHER_AT_LEAST
         and all(requests_of_job[requests[index].job_id] == 1 for index in indices)
@@ -321,12 +337,21 @@ def _compare_and_set_together(
         connection.execute(read, {"w_ids": list(keys), "w_keys": list(keys.values())}).scalars()
     )
     if matched:
+        moving = sorted(matched)
         parameters = {
             **group.values,
-            "w_ids": sorted(matched),
-            "w_keys": [keys[job_id] for job_id in sorted(matched)],
+            "w_ids": moving,
+            "w_keys": [keys[job_id] for job_id in moving],
         }
-        count = connection.execute(_together_update(edge, unless), parameters).rowcount
+        jobs_written = 0
+        if any(group.per_job.values()):
+            jobs_written = len(moving)
+            for position, job_id in enumerate(moving):
+                parameters[f"r{position}_id"] = job_id
+                for name, value in group.per_job[job_id].items():
+                    parameters[f"r{position}_{name}"] = value
+        statement = _together_update(edge, unless, jobs_written)
+        count = connection.execute(statement, parameters).rowcount
         if count != len(matched):
             raise GuardedWriteMismatch(
                 f"'{edge.trigger}' of {len(matched)} locked jobs changed {count} rows"
@@ -583,10 +608,22 @@ def _together_read(edge: Edge, unless_cancel_requested: bool) -> Select[Any]:
 
 
 @cache
-def _together_update(edge: Edge, unless_cancel_requested: bool) -> Update:
-    """The compare-and-set of fenced moves of ``edge`` made together, every guard repeated."""
+def _together_update(edge: Edge, unless_cancel_requested: bool, jobs_written: int = 0) -> Update:
+    """The compare-and-set of fenced moves of ``edge`` made together, every guard repeated.
+
+    With ``jobs_written``, the columns of ``PER_JOB_VALUES`` are written per job: ``CASE id WHEN
+    :r<i>_id THEN :r<i>_v_<column> … END`` for that many jobs (a statement per batch size)."""
     guards = _together_guards(edge, unless_cancel_requested)
-    return update(_jobs).where(*guards).values(_written(edge, True))
+    written = _written(edge, True)
+    for name in PER_JOB_VALUES if jobs_written else ():
+        column = name.removeprefix("v_")
+        if column in written:
+            whens: list[tuple[ColumnElement[Any], ColumnElement[Any]]] = [
+                (bindparam(f"r{i}_id"), bindparam(f"r{i}_{name}", type_=_jobs.c[column].type))
+                for i in range(jobs_written)
+            ]
+            written[column] = case(*whens, value=_jobs.c.id, else_=_jobs.c[column])
+    return update(_jobs).where(*guards).values(written)
 
 
 def _written(edge: Edge, fenced: bool) -> dict[str, object]:
