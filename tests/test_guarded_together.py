@@ -86,6 +86,29 @@ def _apply(engine: Engine, requests: list[TransitionRequest]) -> list[Transition
         return apply_transitions(connection, requests, now=NOW)
 
 
+def _both_ways(
+    engine: Engine,
+    alone: list[TransitionRequest],
+    together: list[TransitionRequest],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[list[TransitionResult], list[str], list[str]]:
+    """``alone`` applied one by one (``TOGETHER_AT_LEAST`` out of reach), then ``together`` as
+    usual; their outcomes must be alike. ``together``'s results, and each way's statements."""
+    with monkeypatch.context() as patch:
+        patch.setattr(guarded, "TOGETHER_AT_LEAST", 10**6)
+        with _statements(engine) as one_by_one:
+            alone_results = _apply(engine, alone)
+    with _statements(engine) as batched:
+        together_results = _apply(engine, together)
+    assert [_outcome(r) for r in together_results] == [_outcome(r) for r in alone_results]
+    return together_results, one_by_one, batched
+
+
+def _moves(statements: list[str]) -> list[str]:
+    """The compare-and-sets among ``statements``."""
+    return [s for s in statements if s.startswith("UPDATE compression_jobs")]
+
+
 def _outcome(result: TransitionResult) -> tuple[object, ...]:
     """A result without what differs between two runs (the job's id)."""
     if isinstance(result, Applied):
@@ -115,14 +138,9 @@ def test_finalisations_together_end_as_one_by_one(
 ) -> None:
     alone = _scenario(store, 100)
     together = _scenario(store, 200)
-    with monkeypatch.context() as patch:
-        patch.setattr(guarded, "TOGETHER_AT_LEAST", 10**6)
-        with _statements(migrated_engine) as one_by_one:
-            alone_results = _apply(migrated_engine, alone)
-    with _statements(migrated_engine) as batched:
-        together_results = _apply(migrated_engine, together)
-
-    assert [_outcome(r) for r in together_results] == [_outcome(r) for r in alone_results]
+    together_results, one_by_one, batched = _both_ways(
+        migrated_engine, alone, together, monkeypatch
+    )
     assert [type(r).__name__ for r in together_results] == [
         "Applied",
         "LostRace",
@@ -136,14 +154,11 @@ def test_finalisations_together_end_as_one_by_one(
         if one.job_id < MISSING:
             assert _row(migrated_engine, other.job_id) == _row(migrated_engine, one.job_id)
 
-    def moves(statements: list[str]) -> list[str]:
-        return [s for s in statements if s.startswith("UPDATE compression_jobs")]
-
-    assert len(moves(one_by_one)) == 7  # one compare-and-set per request
-    assert len(moves(batched)) == 1  # one for the whole kind
+    assert len(_moves(one_by_one)) == 7  # one compare-and-set per request
+    assert len(_moves(batched)) == 1  # one for the whole kind
     locking_reads = [s for s in batched if s.startswith("SELECT compression_jobs.id FROM")]
     assert len(locking_reads) == 1
-    assert "IN" in moves(batched)[0] and "lease_epoch" in moves(batched)[0]
+    assert "IN" in _moves(batched)[0] and "lease_epoch" in _moves(batched)[0]
 
 
 def test_a_job_asked_to_move_twice_is_moved_once(store: JobStore, migrated_engine: Engine) -> None:
@@ -236,14 +251,9 @@ def test_submissions_together_write_each_job_its_own_spider_job_and_task_count(
 ) -> None:
     alone = _submissions(store, 1000)
     together = _submissions(store, 2000)
-    with monkeypatch.context() as patch:
-        patch.setattr(guarded, "TOGETHER_AT_LEAST", 10**6)
-        with _statements(migrated_engine) as one_by_one:
-            alone_results = _apply(migrated_engine, alone)
-    with _statements(migrated_engine) as batched:
-        together_results = _apply(migrated_engine, together)
-
-    assert [_outcome(r) for r in together_results] == [_outcome(r) for r in alone_results]
+    together_results, one_by_one, batched = _both_ways(
+        migrated_engine, alone, together, monkeypatch
+    )
     assert [type(r).__name__ for r in together_results] == [
         "Applied",
         "Applied",
@@ -264,11 +274,8 @@ def test_submissions_together_write_each_job_its_own_spider_job_and_task_count(
         assert (together_row[0], *together_row[2:5]) == (alone_row[0], *alone_row[2:5])
         assert len(together_row[5]) == len(alone_row[5])
 
-    def moves(statements: list[str]) -> list[str]:
-        return [s for s in statements if s.startswith("UPDATE compression_jobs")]
-
-    assert len(moves(one_by_one)) == 6
-    [update] = moves(batched)  # one for the four that hold
+    assert len(_moves(one_by_one)) == 6
+    [update] = _moves(batched)  # one for the four that hold
     assert "CASE" in update and "spider_id" in update and "num_tasks" in update
 
 
