@@ -54,17 +54,6 @@ TRANSACTIONS_FILE = "bench-transactions-"
 INSTANT_PACKAGE = {CLP_PACKAGE: "bench.noop:instant_package"}
 HOLDING_PACKAGE = {CLP_PACKAGE: "bench.noop:holding_package"}
 
-_counts = [0, 0]
-
-
-def _commit(_: object) -> None:
-    _counts[0] += 1
-
-
-def _rollback(connection: Connection) -> None:
-    if not self_committed(connection):  # the block's end: no ROLLBACK is sent (skipped)
-        _counts[1] += 1
-
 
 def self_committed(connection: Connection) -> bool:
     """Whether a statement on ``connection`` commits itself (autocommit mode: ``AutocommitWrites``
@@ -77,9 +66,36 @@ def self_committed(connection: Connection) -> bool:
     return bool(autocommit is not None and autocommit())
 
 
-def _statement(connection: Connection, *_: object) -> None:
-    if self_committed(connection):
-        _counts[0] += 1
+class TransactionCounter:
+    """The transactions (commits, and statements that commit themselves: ``self_committed``),
+    rollbacks and statements of every engine of this process (SQLAlchemy events)."""
+
+    def __init__(self) -> None:
+        self.commits = self.rollbacks = self.statements = 0
+        event.listen(Engine, "commit", self._commit)
+        event.listen(Engine, "rollback", self._rollback)
+        event.listen(Engine, "before_cursor_execute", self._statement)
+
+    def _commit(self, _: object) -> None:
+        self.commits += 1
+
+    def _rollback(self, connection: Connection) -> None:
+        if not self_committed(connection):  # the block's end: no ROLLBACK is sent (skipped)
+            self.rollbacks += 1
+
+    def _statement(self, connection: Connection, *_: object) -> None:
+        self.statements += 1
+        if self_committed(connection):
+            self.commits += 1
+
+    def close(self) -> None:
+        event.remove(Engine, "commit", self._commit)
+        event.remove(Engine, "rollback", self._rollback)
+        event.remove(Engine, "before_cursor_execute", self._statement)
+
+
+_executor_counter: list[TransactionCounter] = []
+"""The executor process's counter, made by the first package built in it."""
 
 
 _count_files: dict[Path, int] = {}
@@ -106,7 +122,8 @@ def _count_file(staging: Path) -> int:
 
 
 def _counts_line() -> bytes:
-    return f"{_counts[0]:20d} {_counts[1]:20d}\n".encode()
+    counter = _executor_counter[0]
+    return f"{counter.commits:20d} {counter.rollbacks:20d}\n".encode()
 
 
 def instant_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
@@ -145,10 +162,8 @@ def holding_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
 
 
 def _package(compress: Callable[[TaskContext, Sequence[bytes]], list[bytes]]) -> TaskPackage:
-    if not event.contains(Engine, "commit", _commit):
-        event.listen(Engine, "commit", _commit)
-        event.listen(Engine, "rollback", _rollback)
-        event.listen(Engine, "before_cursor_execute", _statement)
+    if not _executor_counter:
+        _executor_counter.append(TransactionCounter())
     functions = {COMPRESS: compress, COMMIT: commit, CLEANUP: cleanup}
     return TaskPackage(CLP_PACKAGE, {name: _counted(f) for name, f in functions.items()})
 

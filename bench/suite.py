@@ -31,10 +31,15 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event, func, insert, select, text
+from sqlalchemy import Engine, func, insert, select, text
 
 from bench import partition as partition_bench
-from bench.noop import HOLDING_PACKAGE, INSTANT_PACKAGE, executor_transactions, self_committed
+from bench.noop import (
+    HOLDING_PACKAGE,
+    INSTANT_PACKAGE,
+    TransactionCounter,
+    executor_transactions,
+)
 from bench.soak import create_database, drop_database
 from coordinator import metrics
 from coordinator.cli.samples import json_log_lines
@@ -317,34 +322,6 @@ def p1(server: str | None, sizes: Sizes) -> list[Row]:
 
 
 # --- P1b: lifecycle only -----------------------------------------------------------------------
-
-
-class TransactionCounter:
-    """The transactions (commits, and statements that commit themselves: ``self_committed``),
-    rollbacks and statements of every engine of this process (SQLAlchemy events)."""
-
-    def __init__(self) -> None:
-        self.commits = self.rollbacks = self.statements = 0
-        event.listen(Engine, "commit", self._commit)
-        event.listen(Engine, "rollback", self._rollback)
-        event.listen(Engine, "before_cursor_execute", self._statement)
-
-    def _commit(self, _: object) -> None:
-        self.commits += 1
-
-    def _rollback(self, connection: Connection) -> None:
-        if not self_committed(connection):  # the block's end: no ROLLBACK is sent (skipped)
-            self.rollbacks += 1
-
-    def _statement(self, connection: Connection, *_: object) -> None:
-        self.statements += 1
-        if self_committed(connection):
-            self.commits += 1
-
-    def close(self) -> None:
-        event.remove(Engine, "commit", self._commit)
-        event.remove(Engine, "rollback", self._rollback)
-        event.remove(Engine, "before_cursor_execute", self._statement)
 
 
 def p1b(server: str | None, sizes: Sizes) -> list[Row]:
