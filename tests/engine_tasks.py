@@ -107,8 +107,11 @@ def _started(ctx: TaskContext, event: str) -> int:
 
 
 def collector(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
-    """Whether the executor's garbage collector runs, and whether its start-up was frozen."""
-    return [json.dumps({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}).encode()]
+    """Whether the executor's garbage collector runs, whether its start-up was frozen, and the
+    command line of the process that started the executor (Linux)."""
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")
+    state = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count(), "parent": parent}
+    return [json.dumps(state).encode()]
 
 
 def record_cleanup(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:

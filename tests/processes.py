@@ -23,3 +23,10 @@ def children(pid: int) -> list[int]:
         ["ps", "-o", "pid=", "--ppid", str(pid)], check=False, capture_output=True, text=True
     )
     return [int(line) for line in listing.stdout.split()]
+
+
+def engine_processes(host_pid: int) -> tuple[list[int], list[int]]:
+    """The fork servers of the embedded engine hosted by ``host_pid`` (its children), and the
+    executors they forked (their children)."""
+    servers = children(host_pid)
+    return servers, [pid for server in servers for pid in children(server)]

@@ -26,7 +26,7 @@ from coordinator.config.loader import load_config
 from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV, PROJECT_ROOT
 from coordinator.runtime import open_engine
 from coordinator.service.ingest import put_files, submit_job
-from tests.processes import children, is_running
+from tests.processes import children, engine_processes, is_running
 from tests.sample_logs import write_json_logs
 
 pytestmark = pytest.mark.slow  # real coordinator processes, SIGKILLed
@@ -69,15 +69,16 @@ def _coordinator(data_dir: Path, environment: dict[str, str], log: Path) -> subp
 
 
 def _hung_task(coordinator: subprocess.Popen[bytes]) -> tuple[list[int], list[int]]:
-    """The coordinator's executors and the stand-in clp-s, once the compress task hangs in it."""
+    """The coordinator's executors with their fork server, and the stand-in clp-s, once the
+    compress task hangs in it."""
     deadline = time.monotonic() + 60
     while True:
         assert time.monotonic() < deadline, "the compress task never started"
         assert coordinator.poll() is None, "the coordinator exited"
-        executors = children(coordinator.pid)
-        hung = [child for executor in executors for child in children(executor)]
+        servers, forked = engine_processes(coordinator.pid)
+        hung = [child for executor in forked for child in children(executor)]
         if hung:
-            return executors, hung
+            return servers + forked, hung
         time.sleep(0.2)
 
 

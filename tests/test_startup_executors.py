@@ -29,6 +29,7 @@ from sqlalchemy import Engine
 from coordinator.archive_storage import FsArchiveOutput
 from coordinator.config.locations import PROJECT_ROOT
 from coordinator.engine.embedded import manager as manager_module
+from coordinator.engine.embedded.forkserver import ForkServer
 from coordinator.engine.embedded.manager import Assignment, ExecutionManager
 from coordinator.engine.embedded.protocol import Reply, Request
 from coordinator.engine.tasks.context import WorkerSettings
@@ -63,19 +64,20 @@ def broken_package() -> TaskPackage:
 
 
 def _executors(marker: str) -> list[int]:
-    """The live processes whose environment carries ``marker``."""
-    found = []
+    """The live executors whose environment carries ``marker``: the processes that carry it and
+    whose parent does too (the fork server that forked them; it carries it, its parent not)."""
+    marked: dict[int, int] = {}  # pid → parent pid
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             environment = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
         except OSError:
             continue
         if f"{_MARKER}={marker}".encode() in environment.split(b"\0") and state != "Z":
-            found.append(int(entry.name))
-    return found
+            marked[int(entry.name)] = int(parent)
+    return sorted(pid for pid, parent in marked.items() if parent in marked)
 
 
 class _Driver:
@@ -150,17 +152,10 @@ def _manager(
         "PYTHONPATH": str(PROJECT_ROOT),
         _MARKER: marker,
     }
-    command = [
-        sys.executable,
-        "-m",
-        "coordinator.engine.embedded.executor",
-        "--package",
-        f"test={factory}",
-    ]
+    fork_server = ForkServer(["--package", f"test={factory}"], environment)
     manager = ExecutionManager(
         "spider-em-test",
-        command,
-        environment,
+        fork_server.spawn,
         driver.next_assignment,
         driver.report,
         work_waiting=driver.work_waiting,
@@ -171,6 +166,7 @@ def _manager(
     finally:
         manager.stop()
         manager.join(timeout=30)
+        fork_server.close()
     assert not manager.is_alive()
     assert _executors(marker) == [], "the stopped manager left its executor running"
 
@@ -244,18 +240,16 @@ def test_an_embedded_engine_with_nothing_to_run_starts_no_executor(
 def test_an_executor_starts_with_the_collector_paused_and_runs_tasks_with_it(
     migrated_engine: Engine, tmp_path: Path
 ) -> None:
-    """The engine starts ``python -m coordinator.engine.embedded``, which pauses the cyclic
-    garbage collector for the imports (about a quarter of an executor's start-up CPU, issue 14);
-    before its first task the executor freezes what it loaded and resumes the collector."""
+    """Executors are forked by ``python -m coordinator.engine.embedded`` (the fork server),
+    which pauses the cyclic garbage collector for the imports (about a quarter of the start-up's
+    CPU, issue 14), then freezes what it loaded and resumes the collector: its executors run
+    tasks with the collector on and the start-up left out of it."""
     with running_engine(migrated_engine, tmp_path, workers=1) as spider:
-        assert all(
-            manager._command[1:3] == ["-m", "coordinator.engine.embedded"]
-            for manager in spider._managers
-        )
         group = spider.add_resource_group("startup", b"secret")
         job_id = submit(spider, group, graph(task("collector"), commit=False), [b""])
         spider.start_job(job_id)
         assert wait_for(spider, job_id, JobState.SUCCEEDED) is JobState.SUCCEEDED
         [state] = [json.loads(output) for output in spider.get_job_outputs(job_id)]
+    assert state["parent"][1:3] == ["-m", "coordinator.engine.embedded"]
     assert state["enabled"] is True
     assert state["frozen"] > 10_000  # the task packages' objects, left out of later collections

@@ -102,7 +102,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import sys
 import threading
 import time
 from collections import deque
@@ -131,6 +130,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.sql.dml import Update
 
 from coordinator.engine.embedded.faults import Fault
+from coordinator.engine.embedded.forkserver import ForkServer
 from coordinator.engine.embedded.manager import TERMINATION_TASKS, Assignment, ExecutionManager
 from coordinator.engine.embedded.protocol import Reply, Request
 from coordinator.engine.tasks.context import WorkerSettings
@@ -369,15 +369,15 @@ class EmbeddedSpider:
         self._retention = terminated_job_retention_secs
         self._clock = clock
         self._closed = False
-        command = [sys.executable, "-m", "coordinator.engine.embedded"]
+        package_args: list[str] = []
         for name, factory in packages.items():
-            command += ["--package", f"{name}={factory}"]
+            package_args += ["--package", f"{name}={factory}"]
         environment = {**os.environ, **settings.to_environment(), **(executor_environment or {})}
+        self._fork_server = ForkServer(package_args, environment)
         self._managers = [
             ExecutionManager(
                 f"spider-em-{index}",
-                command,
-                environment,
+                self._fork_server.spawn,
                 self._next_assignment,
                 self._report,
                 instance_gone=self._instance_gone,
@@ -425,6 +425,7 @@ class EmbeddedSpider:
             self._condition.notify_all()
         for manager in self._managers:
             manager.stop()
+        self._fork_server.close()  # every executor is gone with it, and no new one is forked
         for manager in self._managers:
             manager.join(timeout=30)
         if self._monitor.is_alive():

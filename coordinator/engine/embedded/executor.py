@@ -1,8 +1,8 @@
 """The task executor: a worker process that runs task instances one at a time.
 
-``python -m coordinator.engine.embedded --package NAME=module:factory …`` (``__main__``, which
-pauses the garbage collector for the start-up; ``-m coordinator.engine.embedded.executor`` runs
-the same without the pause) reads framed requests on stdin and writes framed replies on stdout
+Executors are forked by the engine's fork server (``forkserver``), which calls ``main`` in each
+(``python -m coordinator.engine.embedded.executor --package NAME=module:factory …`` runs one
+alone). An executor reads framed requests on stdin and writes framed replies on stdout
 (``protocol``). Task code may print: the process's stdout is redirected to stderr, and replies go
 to a private copy of the original stdout.
 The worker's settings come from ``$COORDINATOR_WORKER_SETTINGS`` (``WorkerSettings``). With
@@ -13,8 +13,6 @@ executor behind holding database connections.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import importlib
 import logging
 import os
@@ -27,6 +25,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from coordinator.engine.embedded.faults import CRASH_EXIT_STATUS
+from coordinator.engine.embedded.forkserver import kill_me_with_parent
 from coordinator.engine.embedded.protocol import (
     Reply,
     Request,
@@ -104,30 +103,21 @@ def _misbehave(fault: dict[str, Any]) -> None:
 
 
 PARENT_POLL_SECS = 0.5
-_PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Exit (SIGKILL) as soon as the process hosting the engine is gone, even mid-task.
+    """Exit (SIGKILL) as soon as the parent (the executors' fork server) is gone, even mid-task.
 
-    On Linux the kernel does it (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); everywhere, a daemon
-    thread also watches the parent pid (the parent may have died before the ``prctl``, and a task
-    blocked in C code still dies of the signal).
+    On Linux the kernel does it (``forkserver.kill_me_with_parent``); everywhere, a daemon thread
+    also watches the parent pid (a task blocked in C code still dies of the signal).
     """
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            _log.warning("prctl(PR_SET_PDEATHSIG) unavailable; watching the parent pid only")
+    kill_me_with_parent(parent_pid)
 
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(PARENT_POLL_SECS)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    if os.getppid() != parent_pid:
-        os.kill(os.getpid(), signal.SIGKILL)
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
@@ -148,9 +138,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         die_with_parent(args.parent_pid)
     configure_logging()
     packages = {package.name: package for package in map(load_package, args.package)}
-    if not gc.isenabled():  # paused for the start-up (``__main__``): everything loaded stays
-        gc.freeze()
-        gc.enable()
     replies: IO[bytes] = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever tasks print goes to stderr, never into the reply stream
     sys.stdout = sys.stderr

@@ -3,17 +3,18 @@
 As Spider's execution manager does (``docs/spider.md``, Job lifecycle): take an assignment, send it
 to the executor, wait at most the hard timeout, then report the outcome. On a hard timeout the
 executor is killed (SIGKILL) and respawned; a crashed executor is respawned too, so a task cannot
-take the engine down. An executor dies with the process hosting the engine (``--parent-pid``: see
-``executor``), and a manager thread never dies of an error (it logs it and carries on). Once an
-executor that died with an instance running has been reaped, the manager says so
-(``instance_gone``) before it reports the outcome, so the engine can remove what the instance left.
+take the engine down. Executors are forked by the engine's fork server (``forkserver``) and die
+with it, as it dies with the process hosting the engine; a manager thread never dies of an error
+(it logs it and carries on). Once an executor that died with an instance running has been reaped,
+the manager says so (``instance_gone``) before it reports the outcome, so the engine can remove
+what the instance left.
 
 With ``work_waiting`` (the engine's "is an assignment waiting?", which does not take it), the
 executor is started only when there is work, then the assignment is taken: a coordinator with
-nothing to run (``run --until-idle``, a restart with every job already ended) pays for no process
-importing the task packages beside it (issue 14: ~0.9 s of CPU each, on the cores the
-coordinator's own start-up needs). The executor is still ready before its instance is assigned, as
-Spider's managers are, so neither the instance's soft timeout (counted by the engine from the
+nothing to run (``run --until-idle``, a restart with every job already ended) pays for no fork
+server importing the task packages beside it (issue 14: ~0.3-0.45 s of CPU, on the cores the
+coordinator's own start-up needs). The executor is still ready before its instance is assigned,
+as Spider's managers are, so neither the instance's soft timeout (counted by the engine from the
 assignment) nor its hard timeout counts the executor's start-up; a respawn after a crash or a
 hard timeout happens the same way. Without ``work_waiting`` the executor is started with the
 thread. Either way, a new executor that dies, or is not ready within
@@ -25,14 +26,14 @@ instance as a crash (``executor crashed``).
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator import metrics
+from coordinator.engine.embedded.forkserver import ForkedExecutor
 from coordinator.engine.embedded.protocol import (
     ExecutorGone,
     Reply,
@@ -47,7 +48,8 @@ from coordinator.engine.embedded.protocol import (
 TERMINATION_TASKS = ("commit", "cleanup")
 """The task ids of a job's commit and cleanup tasks (every other task id is a regular task's)."""
 EXECUTOR_START_TIMEOUT_SECS = 120.0
-"""How long a new executor may take to import its task packages before it counts as crashed."""
+"""How long a new executor may take to be forked and to load its task packages before it counts as
+crashed (the first one includes the fork server's start-up)."""
 
 _log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class Assignment:
     cancelled_meanwhile: bool = False
 
 
+Spawn = Callable[[float], ForkedExecutor]
+"""``ForkServer.spawn``: a new executor, forked within the given seconds."""
 NextAssignment = Callable[[float], Assignment | None]
 WorkWaiting = Callable[[float], bool]
 Report = Callable[[Assignment, Reply], None]
@@ -74,8 +78,7 @@ class ExecutionManager(threading.Thread):
     def __init__(
         self,
         name: str,
-        command: Sequence[str],
-        environment: Mapping[str, str],
+        spawn: Spawn,
         next_assignment: NextAssignment,
         report: Report,
         *,
@@ -88,14 +91,13 @@ class ExecutionManager(threading.Thread):
         one is, without taking it; given, the executor is started only once one is (module
         docstring)."""
         super().__init__(name=name, daemon=True)
-        self._command = list(command)
-        self._environment = dict(environment)
+        self._spawn = spawn
         self._next_assignment = next_assignment
         self._report = report
         self._instance_gone = instance_gone
         self._work_waiting = work_waiting
         self._stopping = threading.Event()
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: ForkedExecutor | None = None
         self._start_failed = False
         """A start before any assignment failed: the next assignment starts the executor itself
         (and fails as a crash if it cannot), so a broken executor is not started twice for it."""
@@ -154,7 +156,6 @@ class ExecutionManager(threading.Thread):
         is closing (its instances are killed then, not ended)."""
         try:
             process = self._executor()
-            assert process.stdin is not None and process.stdout is not None
             deadline = time.monotonic() + assignment.hard_timeout_ms / 1000
             write_message(process.stdin, assignment.request)
             reply = read_reply(process.stdout.fileno(), deadline)
@@ -184,28 +185,24 @@ class ExecutionManager(threading.Thread):
         except Exception:
             _log.exception("%s: handling the end of a killed instance failed", self.name)
 
-    def _executor(self) -> subprocess.Popen[bytes]:
+    def _executor(self) -> ForkedExecutor:
         """The running executor, started (and waited for until ready) when there is none.
 
         Raises ``ExecutorGone`` when a new executor dies before it is ready, when it is not ready
-        within ``EXECUTOR_START_TIMEOUT_SECS`` (it is killed then), or when the manager is
-        stopping; ``OSError`` when it cannot be started at all. The caller reaps it (``_discard``).
+        within ``EXECUTOR_START_TIMEOUT_SECS`` (it is killed then), when the fork server cannot
+        fork one, or when the manager is stopping; ``OSError`` when the fork server cannot be
+        started at all. The caller reaps it (``_discard``).
         """
         if self._process is None:
-            process = subprocess.Popen(
-                [*self._command, "--parent-pid", str(os.getpid())],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env=self._environment,
-            )
+            deadline = time.monotonic() + EXECUTOR_START_TIMEOUT_SECS
+            process = self._spawn(EXECUTOR_START_TIMEOUT_SECS)
             self._process = process
             if self._stopping.is_set():
                 # ``stop`` may have looked for a process before this one was recorded.
                 process.kill()
                 raise ExecutorGone("the execution manager is stopping")
-            assert process.stdout is not None
             try:
-                read_reply(process.stdout.fileno(), time.monotonic() + EXECUTOR_START_TIMEOUT_SECS)
+                read_reply(process.stdout.fileno(), deadline)
             except ReplyTimeout as error:
                 process.kill()
                 raise ExecutorGone(f"the executor was not ready in time: {error}") from error
@@ -224,7 +221,6 @@ class ExecutionManager(threading.Thread):
         except subprocess.TimeoutExpired:
             process.kill()
             returncode = process.wait()
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
+        process.stdin.close()
+        process.stdout.close()
         return returncode
