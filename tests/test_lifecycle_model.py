@@ -221,7 +221,7 @@ def store_archive(
                 stored_at=clock.utc(),
             ),
         )
-        mark_stored(connection, record_id, clock.utc())
+        mark_stored(connection, record_id, str(location), clock.utc())
     return ArchiveMetadata(
         id=archive_id, begin_timestamp=1, end_timestamp=2, size=7, uncompressed_size=70
     )

@@ -282,7 +282,7 @@ def _remove(
 
     A file that cannot be removed is logged and keeps its record (``removing``) for a retry.
     """
-    removed: list[int] = []
+    removed: list[tuple[int, str]] = []
     for record in records:
         try:
             remove_archive(output, record.location)
@@ -291,7 +291,7 @@ def _remove(
             _log.exception("cannot remove archive %s; it stays recorded", record.location)
             continue
         if record.id is not None:
-            removed.append(record.id)
+            removed.append((record.id, record.location))
     if removed:
         with engine.begin() as connection:
             forget_records(connection, removed)

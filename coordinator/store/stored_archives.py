@@ -44,6 +44,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.engine import Engine
@@ -71,7 +72,11 @@ _INSERT_STORING_ATTRIBUTED = insert(_stored).values(
 )
 _MARK_STORED = (
     update(_stored)
-    .where(_stored.c.id == bindparam("record_id"), _stored.c.state == STORING)
+    .where(
+        _stored.c.id == bindparam("record_id"),
+        _stored.c.location == bindparam("w_location"),
+        _stored.c.state == STORING,
+    )
     .values(state=STORED, stored_at=bindparam("marked_at"))
 )
 _ATTRIBUTE = (
@@ -174,12 +179,17 @@ def begin_storing_attributed(connection: Connection, record: StoredArchiveRecord
     return int(key[0])
 
 
-def mark_stored(connection: Connection, record_id: int, stored_at: datetime) -> bool:
+def mark_stored(connection: Connection, record_id: int, location: str, stored_at: datetime) -> bool:
     """``storing`` → ``stored``; ``False`` when clean-up claimed (or deleted) the record meanwhile.
+
+    Only the record of ``location`` is marked: should it have been deleted meanwhile, its id may
+    have been given to another archive's record (SQLite reuses the highest row id), which is not
+    this task's to mark.
 
     Then the archive must not stay: the caller removes it (and its record).
     """
-    result = connection.execute(_MARK_STORED, {"record_id": record_id, "marked_at": stored_at})
+    parameters = {"record_id": record_id, "w_location": location, "marked_at": stored_at}
+    result = connection.execute(_MARK_STORED, parameters)
     return int(result.rowcount) == 1
 
 
@@ -199,12 +209,18 @@ def mark_published(connection: Connection, record_ids: Sequence[int]) -> None:
         )
 
 
-def forget_records(connection: Connection, record_ids: Sequence[int]) -> int:
-    """Delete the records (their archives are gone); how many were deleted."""
+def forget_records(connection: Connection, records: Sequence[tuple[int, str]]) -> int:
+    """Delete the records given as (id, location) (their archives are gone); how many were.
+
+    A record is deleted only with the location its archive was removed from: a removal retried
+    after an outage may name a record deleted since, whose id SQLite may have given to another
+    archive's record (it reuses the highest row id); that record and its file stay.
+    """
     deleted = 0
-    for start in range(0, len(record_ids), _BATCH):
+    for start in range(0, len(records), _BATCH):
+        batch = [(record_id, location) for record_id, location in records[start : start + _BATCH]]
         result = connection.execute(
-            delete(_stored).where(_stored.c.id.in_(list(record_ids[start : start + _BATCH])))
+            delete(_stored).where(tuple_(_stored.c.id, _stored.c.location).in_(batch))
         )
         deleted += int(result.rowcount)
     return deleted

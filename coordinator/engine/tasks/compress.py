@@ -742,12 +742,12 @@ def _roll_back(
     failure: BaseException,
 ) -> None:
     """Remove what this attempt stored (or began to), then forget the records of what is gone."""
-    removed: list[int] = []
+    removed: list[tuple[int, str]] = []
     problems: list[str] = []
     for entry in recorded:
         try:
             remove_archive(output, entry.location)
-            removed.append(entry.record_id)
+            removed.append((entry.record_id, entry.location))
         except Exception as error:
             problems.append(f"{entry.location}: {error}")
     if removed:

@@ -97,7 +97,7 @@ def _mark_stored_once(
         now: datetime = utc_now()
         mine: dict[str, StoredArchiveRecord] | None = None
         for record, record_id in zip(records, record_ids, strict=True):
-            if mark_stored(connection, record_id, now):
+            if mark_stored(connection, record_id, record.location, now):
                 continue
             if mine is None:
                 mine = _own_records(connection, record)
