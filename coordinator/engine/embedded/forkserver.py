@@ -201,8 +201,9 @@ class ForkServer:
         and later spawns raise ``ExecutorGone``. Returns once they are all gone."""
         with self._condition:
             self._closed = True
+            self._condition.notify_all()  # a waiting spawn gives up, and lets go of the lock
+        with self._spawning:  # no spawn is starting a server any more, and none will
             server = self._server
-            self._condition.notify_all()
         if server is None:
             return
         with contextlib.suppress(OSError):  # already gone, and closed by its reader
