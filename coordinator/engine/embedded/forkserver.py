@@ -436,6 +436,10 @@ def _fork_executor(
 ) -> int:
     """Fork; the child becomes an executor on ``pipes`` (stdin, stdout) and never returns."""
     server_pid = os.getpid()
+    # Whatever a package printed while the server imported it must not reach an executor's buffers
+    # (its stdout becomes the reply pipe).
+    sys.stdout.flush()
+    sys.stderr.flush()
     pid = os.fork()
     if pid:
         return pid
