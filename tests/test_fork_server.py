@@ -43,16 +43,33 @@ pytestmark = pytest.mark.skipif(
 _WAIT_SECS = 60.0
 
 
+_NO_PIDFD = """
+import os
+
+
+def _refused(pid, flags=0):
+    raise PermissionError(1, "Operation not permitted")  # as a seccomp profile refuses it
+
+
+os.pidfd_open = _refused
+"""
+
+
 @contextmanager
 def _fork_server(
-    tmp_path: Path, factory: str = "tests.engine_tasks:package"
+    tmp_path: Path, factory: str = "tests.engine_tasks:package", *, pidfd: bool = True
 ) -> Iterator[ForkServer]:
     settings = WorkerSettings(
         database_url=SecretStr(f"sqlite:///{tmp_path / 'unused.db'}"),
         archive_output=FsArchiveOutput(directory=tmp_path / "archives"),
         staging_directory=tmp_path,
     )
-    environment = {**os.environ, **settings.to_environment(), "PYTHONPATH": str(PROJECT_ROOT)}
+    path = [str(PROJECT_ROOT)]
+    if not pidfd:  # the server (and what it forks) starts with ``os.pidfd_open`` refused
+        (tmp_path / "no_pidfd").mkdir()
+        (tmp_path / "no_pidfd" / "sitecustomize.py").write_text(_NO_PIDFD)
+        path.insert(0, str(tmp_path / "no_pidfd"))
+    environment = {**os.environ, **settings.to_environment(), "PYTHONPATH": os.pathsep.join(path)}
     server = ForkServer(["--package", f"test={factory}"], environment)
     try:
         yield server
@@ -170,3 +187,22 @@ def test_a_server_that_does_not_fork_in_time_is_killed(tmp_path: Path) -> None:
         stuck = server._server
         assert stuck is not None and stuck.settled.wait(_WAIT_SECS)
         assert stuck.process.returncode == -signal.SIGKILL
+
+
+def test_without_pidfds_kills_and_exits_are_still_reported(tmp_path: Path) -> None:
+    """Where ``pidfd_open`` is refused (an old container runtime's seccomp profile), the server
+    forks all the same; the host signals the pid until its exit is reported, and a dead server's
+    executors are reported killed once their pids are gone."""
+    with _fork_server(tmp_path, pidfd=False) as server:
+        hung = _ready(server)
+        assert hung._pidfd is None
+        request = Request("test", "sleep", job_id=1, task_id="0", instance_id=1, inputs=[b"3600"])
+        write_message(hung.stdin, request)
+        hung.kill()
+        assert hung.wait(_WAIT_SECS) == -signal.SIGKILL
+        executors = [_ready(server), _ready(server)]
+        assert _run(executors[0], "echo", b"z") == Reply(outputs=[b"z"])
+        os.kill(_parent(executors[0].pid), signal.SIGKILL)
+        for executor in executors:
+            assert executor.wait(_WAIT_SECS) == -signal.SIGKILL
+            assert not is_running(executor.pid)
