@@ -1,10 +1,9 @@
 """The task executor: a worker process that runs task instances one at a time.
 
 Executors are forked by the engine's fork server (``forkserver``), which calls ``main`` in each
-(``python -m coordinator.engine.embedded.executor --package NAME=module:factory …`` runs one
-alone). An executor reads framed requests on stdin and writes framed replies on stdout
-(``protocol``). Task code may print: the process's stdout is redirected to stderr, and replies go
-to a private copy of the original stdout.
+with the engine's ``--package NAME=module:factory`` arguments. An executor reads framed requests
+on stdin and writes framed replies on stdout (``protocol``). Task code may print: the process's
+stdout is redirected to stderr, and replies go to a private copy of the original stdout.
 The worker's settings come from ``$COORDINATOR_WORKER_SETTINGS`` (``WorkerSettings``). With
 ``--parent-pid`` it dies with that process (``die_with_parent``): a SIGKILLed coordinator leaves no
 executor behind holding database connections.
@@ -25,7 +24,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from coordinator.engine.embedded.faults import CRASH_EXIT_STATUS
-from coordinator.engine.embedded.forkserver import kill_me_with_parent
+from coordinator.engine.embedded.forkserver import kill_me_with_parent, package_spec
 from coordinator.engine.embedded.protocol import (
     Reply,
     Request,
@@ -42,13 +41,10 @@ _log = logging.getLogger("coordinator.executor")
 
 def load_package(spec: str) -> TaskPackage:
     """``NAME=module:factory`` → the package the factory returns; raises ``ValueError``."""
-    name, _, target = spec.partition("=")
-    module_name, _, factory_name = target.partition(":")
-    if not (name and module_name and factory_name):
-        raise ValueError(f"a package is NAME=module:factory, got {spec!r}")
+    name, module_name, factory_name = package_spec(spec)
     package = getattr(importlib.import_module(module_name), factory_name)()
     if not isinstance(package, TaskPackage) or package.name != name:
-        raise ValueError(f"{target} did not return the task package {name!r}")
+        raise ValueError(f"{module_name}:{factory_name} did not return the task package {name!r}")
     return package
 
 
@@ -148,7 +144,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     while (request := read_request(sys.stdin.buffer)) is not None:
         write_message(replies, executor.run(request))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

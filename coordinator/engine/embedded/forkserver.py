@@ -336,16 +336,24 @@ def kill_me_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def package_spec(spec: str) -> tuple[str, str, str]:
+    """``NAME=module:factory`` → its name, module and factory; raises ``ValueError``."""
+    name, _, target = spec.partition("=")
+    module_name, _, factory_name = target.partition(":")
+    if not (name and module_name and factory_name):
+        raise ValueError(f"a package is NAME=module:factory, got {spec!r}")
+    return name, module_name, factory_name
+
+
 def _preload(package_args: Sequence[str]) -> None:
     """Import the executor and each package's module (not its factory: each executor calls that).
-    A module that fails to import is left to the executors, which fail on it as they always did."""
+    A spec or module that fails is left to the executors, which fail on it as they always did."""
     importlib.import_module("coordinator.engine.embedded.executor")
     specs = argparse.ArgumentParser(add_help=False)
     specs.add_argument("--package", action="append", default=[])
     for spec in specs.parse_known_args(package_args)[0].package:
-        module_name = spec.partition("=")[2].partition(":")[0]
         try:
-            importlib.import_module(module_name)
+            importlib.import_module(package_spec(spec)[1])
         except Exception:  # the executor that loads it reports it
             traceback.print_exc()
 
