@@ -17,6 +17,11 @@ def is_running(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split()[2] == "Z")
 
 
+def parent_of(pid: int) -> int:
+    """``pid``'s parent pid (``/proc``)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def children(pid: int) -> list[int]:
     """The pids of ``pid``'s children."""
     listing = subprocess.run(

@@ -34,7 +34,7 @@ from coordinator.engine.embedded.protocol import (
     write_message,
 )
 from coordinator.engine.tasks.context import WorkerSettings
-from tests.processes import is_running
+from tests.processes import is_running, parent_of
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="processes are looked at in /proc"
@@ -97,17 +97,13 @@ def _run(executor: ForkedExecutor, task_func: str, *inputs: bytes, **fault: obje
     return read_reply(executor.stdout.fileno(), time.monotonic() + _WAIT_SECS)
 
 
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def test_executors_are_forked_by_one_server_that_loaded_the_packages(tmp_path: Path) -> None:
     """Both executors are children of one server, not of this process (before: two fresh
     interpreters, each this process's child); each runs tasks on its own."""
     with _fork_server(tmp_path) as server:
         first, second = _ready(server), _ready(server)
-        assert _parent(first.pid) == _parent(second.pid) != os.getpid()
-        assert Path(f"/proc/{_parent(first.pid)}/cmdline").read_bytes().split(b"\0")[1:3] == [
+        assert parent_of(first.pid) == parent_of(second.pid) != os.getpid()
+        assert Path(f"/proc/{parent_of(first.pid)}/cmdline").read_bytes().split(b"\0")[1:3] == [
             b"-m",
             b"coordinator.engine.embedded",
         ]
@@ -132,7 +128,7 @@ def test_a_killed_executor_is_reported_killed_and_the_server_forks_another(
 ) -> None:
     with _fork_server(tmp_path) as server:
         hung = _ready(server)
-        server_pid = _parent(hung.pid)
+        server_pid = parent_of(hung.pid)
         request = Request("test", "sleep", job_id=1, task_id="0", instance_id=1, inputs=[b"3600"])
         write_message(hung.stdin, request)
         with pytest.raises(ReplyTimeout):
@@ -144,7 +140,7 @@ def test_a_killed_executor_is_reported_killed_and_the_server_forks_another(
         assert not is_running(hung.pid)
         hung.kill()  # reported: its pid is no longer signalled (it may be another process's now)
         after = _ready(server)
-        assert _parent(after.pid) == server_pid
+        assert parent_of(after.pid) == server_pid
         assert _run(after, "echo", b"x") == Reply(outputs=[b"x"])
 
 
@@ -155,20 +151,20 @@ def test_a_dead_servers_executors_die_and_the_next_spawn_starts_a_new_server(
     spawn works through a new server."""
     with _fork_server(tmp_path) as server:
         executors = [_ready(server), _ready(server)]
-        old_server = _parent(executors[0].pid)
+        old_server = parent_of(executors[0].pid)
         os.kill(old_server, signal.SIGKILL)
         for executor in executors:
             assert executor.wait(_WAIT_SECS) == -signal.SIGKILL
             assert not is_running(executor.pid)
         replacement = _ready(server)
-        assert _parent(replacement.pid) != old_server
+        assert parent_of(replacement.pid) != old_server
         assert _run(replacement, "echo", b"y") == Reply(outputs=[b"y"])
 
 
 def test_close_ends_the_server_and_its_executors(tmp_path: Path) -> None:
     with _fork_server(tmp_path) as server:
         executor = _ready(server)
-        server_pid = _parent(executor.pid)
+        server_pid = parent_of(executor.pid)
         server.close()
         assert executor.poll() == -signal.SIGKILL  # gone by the time close returns
         assert not is_running(executor.pid) and not is_running(server_pid)
@@ -202,7 +198,7 @@ def test_without_pidfds_kills_and_exits_are_still_reported(tmp_path: Path) -> No
         assert hung.wait(_WAIT_SECS) == -signal.SIGKILL
         executors = [_ready(server), _ready(server)]
         assert _run(executors[0], "echo", b"z") == Reply(outputs=[b"z"])
-        os.kill(_parent(executors[0].pid), signal.SIGKILL)
+        os.kill(parent_of(executors[0].pid), signal.SIGKILL)
         for executor in executors:
             assert executor.wait(_WAIT_SECS) == -signal.SIGKILL
             assert not is_running(executor.pid)
