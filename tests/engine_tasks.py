@@ -47,6 +47,14 @@ def sleep(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
     return [b"slept"]
 
 
+def spin(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
+    """Burns its input's seconds of CPU time: work whose accounting a test can follow."""
+    until = time.process_time() + float(inputs[0].decode())
+    while time.process_time() < until:
+        pass
+    return [b"spun"]
+
+
 def release(staging_directory: Path, job_id: int) -> None:
     """Let the ``wait_for_release`` instances of job ``job_id`` return."""
     (staging_directory / f"release-{job_id}").touch()
@@ -127,6 +135,7 @@ def package() -> TaskPackage:
             "echo": echo,
             "join": join,
             "sleep": sleep,
+            "spin": spin,
             "wait_for_release": wait_for_release,
             "slow_first_run": slow_first_run,
             "fail": fail,

@@ -10,6 +10,7 @@ child), paying the start-up imports again each time.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -170,6 +171,24 @@ def test_close_ends_the_server_and_its_executors(tmp_path: Path) -> None:
         assert not is_running(executor.pid) and not is_running(server_pid)
         with pytest.raises(ExecutorGone):
             server.spawn(_WAIT_SECS)
+
+
+def test_close_reaps_the_executors_so_their_cpu_time_reaches_the_host(tmp_path: Path) -> None:
+    """The server reaps its executors before it leaves, so their CPU time (and their clp-s
+    runs') is in the host's children's resource usage. Before, the host killed the server as
+    soon as it closed it and init reaped the executors: ``coordinator run``'s CPU time left out
+    every task. One executor is still running at ``close``, one was killed just before it (as
+    the engine's close does: its managers kill their executors, then it closes the server)."""
+    with _fork_server(tmp_path) as server:
+        running, killed = _ready(server), _ready(server)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        assert _run(running, "spin", b"0.3") == Reply(outputs=[b"spun"])
+        assert _run(killed, "spin", b"0.3") == Reply(outputs=[b"spun"])
+        killed.kill()  # not waiting for its exit to be reported
+        server.close()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert spent >= 0.6
 
 
 def test_a_server_that_does_not_fork_in_time_is_killed(tmp_path: Path) -> None:

@@ -24,7 +24,10 @@ Lifetimes: the server dies with its host (``PR_SET_PDEATHSIG`` on Linux, and it 
 socket ends), an executor with the server (``executor.die_with_parent``), clp-s with its executor
 (``setpriv --pdeathsig``): a SIGKILLed host leaves nothing running. A server that died (killed, out
 of memory) takes its executors with it; they are reported killed (``-SIGKILL``, the signal the
-kernel sends them) once they are gone, and the next spawn starts a new server.
+kernel sends them) once they are gone, and the next spawn starts a new server. A server whose
+socket ends (``close``) kills the executors still running and reaps every child before it leaves,
+so the host that reaps the server has their CPU time (their clp-s runs' with it) in its own
+children's resource usage, as when it started executors itself.
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ _log = logging.getLogger(__name__)
 _MESSAGE_BYTES = 4096
 """Every message is a short array (no path or environment crosses the socket)."""
 _SERVER_MODULE = "coordinator.engine.embedded"
+_SERVER_LEAVE_SECS = 5.0
+"""How long a server whose socket ended has to kill and reap its executors and leave before it is
+killed (its executors then die with it, reaped by init)."""
 
 
 class ForkedExecutor:
@@ -271,8 +277,11 @@ class ForkServer:
             self._condition.notify_all()
         with self._spawning:  # no spawn sends on the socket any more
             server.connection.close()
-        server.process.kill()  # it leaves by itself at the end of its socket: this is in case not
-        server.process.wait()
+        try:  # it leaves by itself at the end of its socket, once its executors are reaped
+            server.process.wait(_SERVER_LEAVE_SECS)
+        except subprocess.TimeoutExpired:  # stuck (an import that never ends)
+            server.process.kill()
+            server.process.wait()
         for number in pending:
             self._forget(server, number)
         for executor in orphans:
@@ -365,21 +374,40 @@ def serve(connection: socket.socket, package_args: Sequence[str]) -> None:
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, _child_ended)
+    children: set[int] = set()
     while True:
         readable, _, _ = select.select([connection.fileno(), wake_read], [], [])
         if wake_read in readable:
             _drain(wake_read)
-            _report_exits(connection)
+            _report_exits(connection, children)
         if connection.fileno() in readable:
             message, fds, _, _ = socket.recv_fds(connection, _MESSAGE_BYTES, 2)
             if not message:
-                return
+                break
             try:
                 number = msgpack.unpackb(message)[1]
-                _answer(connection, number, (wake_read, wake_write), fds, package_args)
+                pid = _answer(connection, number, (wake_read, wake_write), fds, package_args)
+                if pid is not None:
+                    children.add(pid)
             finally:
                 for fd in fds:
                     os.close(fd)
+    _end_children(children)
+
+
+def _end_children(children: set[int]) -> None:
+    """The host is done with this server: kill the executors still running (they would die with
+    it anyway) and reap every child before leaving, so each is gone when the host reaps the
+    server, and their CPU time (their clp-s runs' with it) is counted in the server's, and the
+    host's, resource usage instead of being reaped by init."""
+    for pid in children:  # none is reaped yet, so none of these pids is another process's
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 def _answer(
@@ -388,15 +416,15 @@ def _answer(
     wake: tuple[int, int],
     fds: Sequence[int],
     package_args: Sequence[str],
-) -> None:
-    """Fork the executor of spawn ``number`` and say so (with its pidfd), or why not."""
+) -> int | None:
+    """Fork the executor of spawn ``number`` and say so (with its pidfd), or why not; its pid."""
     try:
         if len(fds) != 2:
             raise OSError(f"a spawn needs 2 file descriptors, got {len(fds)}")
         pid = _fork_executor(connection, wake, fds, package_args)
     except OSError as error:
         connection.send(msgpack.packb(["failed", number, str(error)]))
-        return
+        return None
     pidfd = _pidfd(pid)
     try:
         answer = msgpack.packb(["spawned", number, pid])
@@ -404,6 +432,7 @@ def _answer(
     finally:
         if pidfd is not None:
             os.close(pidfd)
+    return pid
 
 
 def _drain(fd: int) -> None:
@@ -416,7 +445,10 @@ def _child_ended(signum: int, frame: FrameType | None) -> None:
     """Only wakes ``select`` (through the wake-up fd); exits are reaped in the loop."""
 
 
-def _report_exits(connection: socket.socket) -> None:
+def _report_exits(connection: socket.socket, children: set[int]) -> None:
+    """Reap the children that ended and tell the host. A host that has shut its end (closing
+    the server, after killing its executors) is told nothing: it counts them killed once the
+    server is gone."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -424,7 +456,9 @@ def _report_exits(connection: socket.socket) -> None:
             return
         if pid == 0:
             return
-        connection.send(msgpack.packb(["exited", pid, os.waitstatus_to_exitcode(status)]))
+        children.discard(pid)
+        with contextlib.suppress(OSError):
+            connection.send(msgpack.packb(["exited", pid, os.waitstatus_to_exitcode(status)]))
 
 
 def _pidfd(pid: int) -> int | None:
