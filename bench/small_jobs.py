@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
-from bench.suite import run_clp_s
+from bench.suite import children_cpu, run_clp_s
 from coordinator.cli.samples import json_log_lines
 from coordinator.config.loader import CoordinatorConfig, database_url, load_config
 from coordinator.service.ingest import submit_job
@@ -122,12 +121,6 @@ def submit_round(
         paths.append(path)
     engine.dispose()
     return paths
-
-
-def children_cpu() -> float:
-    """CPU seconds (user + system) of every child process waited for so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def floor(config: CoordinatorConfig, paths: list[Path], root: Path, workers: int) -> float:

@@ -276,6 +276,13 @@ def timed(function: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of every child process waited for so far, with the children
+    they waited for (a ``coordinator run``: its fork server, executors and their clp-s runs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 # --- P1: small jobs ----------------------------------------------------------------------------
 
 
@@ -295,7 +302,9 @@ def p1(server: str | None, sizes: Sizes) -> list[Row]:
                 for run in runs:
                     run.result()
 
+        cpu = children_cpu()
         floor_secs = timed(floor)
+        floor_cpu, cpu = children_cpu() - cpu, children_cpu()
         service_secs = timed(
             lambda: subprocess.run(
                 ws.command("--until-idle"),
@@ -305,15 +314,20 @@ def p1(server: str | None, sizes: Sizes) -> list[Row]:
                 stderr=subprocess.DEVNULL,
             )
         )
+        service_cpu = children_cpu() - cpu
         note = succeeded_note(engine, sizes.jobs)
         engine.dispose()
     ratio = service_secs / floor_secs
+    per_job = 1000 / sizes.jobs
+    apart = "; MariaDB's server apart" if server is not None else ""
     return [
         Row(
             f"P1 {sizes.jobs:,} one-object jobs, {ws.label} (`run --until-idle`)",
-            f"{sizes.jobs / service_secs:.1f} jobs/s ({service_secs:.2f} s){note}",
+            f"{sizes.jobs / service_secs:.1f} jobs/s ({service_secs:.2f} s){note}; CPU "
+            f"{service_cpu * per_job:.1f} ms/job ({service_cpu / floor_cpu:.2f}x the floor's: "
+            f"every process of the run, its clp-s runs included{apart})",
             f"{sizes.jobs / floor_secs:.1f} clp-s/s, {sizes.workers} at a time "
-            f"({floor_secs:.2f} s)",
+            f"({floor_secs:.2f} s); CPU {floor_cpu * per_job:.1f} ms/run",
             f"{ratio:.2f}x",
             "≤ 1.5x",
             verdict(ratio <= 1.5 and not note),
