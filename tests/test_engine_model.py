@@ -43,6 +43,7 @@ tests/test_engine_model.py``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -99,6 +100,7 @@ from coordinator.store.jobs import JobStore
 from coordinator.store.schema import coordinator_instances as _instances
 from coordinator.store.schema import engine_jobs as _engine_jobs
 from coordinator.task_io import CompressionTaskOutput
+from tests.one_thread import on_one_thread, reconciliation_on_one_thread
 from tests.test_lifecycle_model import (
     DATASET,
     LONG_PROFILE,
@@ -187,27 +189,23 @@ class Replica:
         self.waits = OutageWait(model.outage)
         self.spider._stopping = self.waits
         self.spider._sweep()  # start()'s adoption of the jobs of owners that are gone
-        self.coordinator = Coordinator(
-            engine=model.engine,
-            spider=self.spider,
-            settings=model.config.compression_coordinator,
-            archive_output=archive_output_of(model.config),
-            instance_id=name,
-            lease_duration=timedelta(seconds=30),
-            owns_undecodable_jobs=True,
-            cleanup_task=True,
-            clock=model.clock.monotonic,
-            store=model.store,
+        self.coordinator = on_one_thread(
+            Coordinator(
+                engine=model.engine,
+                spider=self.spider,
+                settings=model.config.compression_coordinator,
+                archive_output=archive_output_of(model.config),
+                instance_id=name,
+                lease_duration=timedelta(seconds=30),
+                owns_undecodable_jobs=True,
+                cleanup_task=True,
+                clock=model.clock.monotonic,
+                store=model.store,
+            )
         )
 
     def tick(self) -> None:
-        try:
-            self.coordinator.tick()
-        finally:
-            # The sweep's storage listing runs on a thread: waited for, so nothing runs alongside.
-            reconciler = self.coordinator.outcomes._reconciler
-            if reconciler is not None:
-                reconciler.join()
+        self.coordinator.tick()
 
     def die(self) -> None:
         """The process is gone: its token is no longer this process's (a restart on this host
@@ -227,6 +225,8 @@ class EngineModel(PublicationInvariants, OperatorRules, RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        self.one_thread = contextlib.ExitStack()
+        self.one_thread.enter_context(reconciliation_on_one_thread())
         self.directory = Path(tempfile.mkdtemp(prefix="coordinator-engine-model-"))
         database = self.directory / "coordinator.db"
         shutil.copy(_template_database(), database)
@@ -271,6 +271,7 @@ class EngineModel(PublicationInvariants, OperatorRules, RuleBasedStateMachine):
             task_database.task_engine(self.worker_settings).dispose()
             self.engine.dispose()
             shutil.rmtree(self.directory, ignore_errors=True)
+            self.one_thread.close()
 
     # --- coordinators -----------------------------------------------------------------------------
 

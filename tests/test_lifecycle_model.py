@@ -26,6 +26,7 @@ tests/test_lifecycle_model.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -79,6 +80,7 @@ from coordinator.store.stored_archives import (
     mark_stored,
 )
 from coordinator.task_io import ArchiveMetadata
+from tests.one_thread import on_one_thread, reconciliation_on_one_thread
 
 DATASET = "web"
 MAX_JOBS = 5
@@ -482,6 +484,8 @@ class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachi
 
     def __init__(self) -> None:
         super().__init__()
+        self.one_thread = contextlib.ExitStack()
+        self.one_thread.enter_context(reconciliation_on_one_thread())
         self.directory = Path(tempfile.mkdtemp(prefix="coordinator-model-"))
         database = self.directory / "coordinator.db"
         shutil.copy(_template_database(), database)
@@ -500,18 +504,19 @@ class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachi
         put_files(self.config, [log], bucket="logs", prefix="ingest/")
 
     def _replica(self, name: str) -> Coordinator:
-        coordinator = Coordinator(
-            engine=self.engine,
-            spider=self.spider,
-            settings=self.config.compression_coordinator,
-            archive_output=archive_output_of(self.config),
-            instance_id=name,
-            lease_duration=timedelta(seconds=30),
-            owns_undecodable_jobs=True,
-            clock=self.clock.monotonic,
-            store=self.store,
+        return on_one_thread(
+            Coordinator(
+                engine=self.engine,
+                spider=self.spider,
+                settings=self.config.compression_coordinator,
+                archive_output=archive_output_of(self.config),
+                instance_id=name,
+                lease_duration=timedelta(seconds=30),
+                owns_undecodable_jobs=True,
+                clock=self.clock.monotonic,
+                store=self.store,
+            )
         )
-        return coordinator
 
     @initialize()
     def start(self) -> None:
@@ -521,13 +526,9 @@ class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachi
         try:
             self._drain()
         finally:
-            for coordinator in self.replicas.values():
-                # The sweep's background storage listing.
-                reconciler = coordinator.outcomes._reconciler
-                if reconciler is not None:
-                    reconciler.join()
             self.engine.dispose()
             shutil.rmtree(self.directory, ignore_errors=True)
+            self.one_thread.close()
 
     # --- coordinators -----------------------------------------------------------------------------
 
