@@ -52,7 +52,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 from unittest import mock
@@ -89,8 +88,7 @@ from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSetti
 from coordinator.engine.tasks.registry import CLEANUP, CLP_PACKAGE, COMPRESS
 from coordinator.engine.tasks.registry import COMMIT as COMMIT_FUNCTION
 from coordinator.lifecycle import state_of
-from coordinator.runtime import archive_output_of, worker_settings
-from coordinator.service.coordinator import Coordinator
+from coordinator.runtime import worker_settings
 from coordinator.service.crashpoints import POINTS
 from coordinator.service.ingest import put_files
 from coordinator.service.operator_cancel import request_cancel
@@ -100,7 +98,7 @@ from coordinator.store.jobs import JobStore
 from coordinator.store.schema import coordinator_instances as _instances
 from coordinator.store.schema import engine_jobs as _engine_jobs
 from coordinator.task_io import CompressionTaskOutput
-from tests.one_thread import on_one_thread, reconciliation_on_one_thread
+from tests.one_thread import reconciliation_on_one_thread
 from tests.test_lifecycle_model import (
     DATASET,
     LONG_PROFILE,
@@ -109,6 +107,7 @@ from tests.test_lifecycle_model import (
     OperatorRules,
     PublicationInvariants,
     _template_database,
+    model_coordinator,
     model_settings,
     store_archive,
 )
@@ -189,19 +188,8 @@ class Replica:
         self.waits = OutageWait(model.outage)
         self.spider._stopping = self.waits
         self.spider._sweep()  # start()'s adoption of the jobs of owners that are gone
-        self.coordinator = on_one_thread(
-            Coordinator(
-                engine=model.engine,
-                spider=self.spider,
-                settings=model.config.compression_coordinator,
-                archive_output=archive_output_of(model.config),
-                instance_id=name,
-                lease_duration=timedelta(seconds=30),
-                owns_undecodable_jobs=True,
-                cleanup_task=True,
-                clock=model.clock.monotonic,
-                store=model.store,
-            )
+        self.coordinator = model_coordinator(
+            model.engine, model.config, model.clock, model.store, self.spider, name
         )
 
     def tick(self) -> None:

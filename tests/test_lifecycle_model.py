@@ -64,6 +64,7 @@ from coordinator.spider.port import (
     JobState,
     ResourceGroupExists,
     ServerError,
+    SpiderPort,
     Unauthenticated,
 )
 from coordinator.store import migrate
@@ -479,6 +480,31 @@ class OperatorRules:
         request_cancel(self.store, job_id, "model")
 
 
+def model_coordinator(
+    engine: Engine,
+    config: CoordinatorConfig,
+    clock: ModelClock,
+    store: JobStore,
+    spider: SpiderPort,
+    name: str,
+) -> Coordinator:
+    """Replica ``name``'s coordinator as both models run it: the model's database, store and
+    clock, 30 s leases, undecodable jobs owned, its tick on one thread."""
+    return on_one_thread(
+        Coordinator(
+            engine=engine,
+            spider=spider,
+            settings=config.compression_coordinator,
+            archive_output=archive_output_of(config),
+            instance_id=name,
+            lease_duration=timedelta(seconds=30),
+            owns_undecodable_jobs=True,
+            clock=clock.monotonic,
+            store=store,
+        )
+    )
+
+
 class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachine):
     """Two coordinator replicas, one Spider, up to ``MAX_JOBS`` jobs."""
 
@@ -504,18 +530,8 @@ class CoordinatorModel(PublicationInvariants, OperatorRules, RuleBasedStateMachi
         put_files(self.config, [log], bucket="logs", prefix="ingest/")
 
     def _replica(self, name: str) -> Coordinator:
-        return on_one_thread(
-            Coordinator(
-                engine=self.engine,
-                spider=self.spider,
-                settings=self.config.compression_coordinator,
-                archive_output=archive_output_of(self.config),
-                instance_id=name,
-                lease_duration=timedelta(seconds=30),
-                owns_undecodable_jobs=True,
-                clock=self.clock.monotonic,
-                store=self.store,
-            )
+        return model_coordinator(
+            self.engine, self.config, self.clock, self.store, self.spider, name
         )
 
     @initialize()
