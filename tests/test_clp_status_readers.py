@@ -33,12 +33,14 @@ from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.lifecycle import Actor, CommittedStorage, JobStatus
 from coordinator.runtime import open_runtime, worker_settings
 from coordinator.service.ingest import submit_job
+from coordinator.spider.port import JobState, SpiderPort
 from coordinator.store.archives import publish_archives
 from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore, job_state
 from coordinator.task_io import ArchiveMetadata
 from tests.paths import SPIDER_ID, new_job_in
 from tests.service_support import (
+    SpiderProxy,
     archive_files,
     coordinator_with,
     job_row,
@@ -208,16 +210,40 @@ def test_a_running_edge_never_matches_a_committed_row(store: JobStore) -> None:
     assert store.state(job_id) is JobStatus.COMMITTED
 
 
+class _SucceededOnceSampled(SpiderProxy):
+    """Tells the coordinator a job Spider finished is Succeeded only once ``sampled`` is set (or
+    ``_HOLD_SECS`` have passed), so the Committed window is open while the sampler looks."""
+
+    def __init__(self, inner: SpiderPort, sampled: threading.Event) -> None:
+        super().__init__(inner)
+        self.sampled = sampled
+
+    def get_job_state(self, job_id: int) -> JobState:
+        state = self.inner.get_job_state(job_id)
+        if state is JobState.SUCCEEDED:
+            self.sampled.wait(_HOLD_SECS)
+        return state
+
+
+_HOLD_SECS = 10.0
+
+
 @pytest.mark.slow
 def test_status_sampled_through_real_runs_never_leaves_clps_values(
     config: CoordinatorConfig, tmp_path: Path
 ) -> None:
     """A sampler runs both readers on every job while the coordinator works: no reader fails,
-    and the samples include committed rows (seen by CLP as RUNNING)."""
+    and the samples include committed rows (seen by CLP as RUNNING).
+
+    The Committed window (the commit task's move to the coordinator's finalisation) lasts until
+    the coordinator next polls; a sampler slowed by a loaded machine could miss every one, so the
+    coordinator learns of Spider's success only once a Committed row was sampled (or after
+    ``_HOLD_SECS``: a commit that never shows as Committed still fails the test)."""
     put_logs(config, tmp_path, ["svc0", "svc1"])
     samples: list[tuple[int, bool]] = []
     errors: list[BaseException] = []
     stop = threading.Event()
+    committed_sampled = threading.Event()
     with open_runtime(config, lease_secs=5) as rt:
         jobs = [submit_job(config, rt.engine, timestamp_key="timestamp") for _ in range(3)]
         slow = rt.config.compression_coordinator.model_copy(
@@ -227,7 +253,9 @@ def test_status_sampled_through_real_runs_never_leaves_clps_values(
                 )
             }
         )
-        coordinator = coordinator_with(rt, settings=slow)
+        coordinator = coordinator_with(
+            rt, spider=_SucceededOnceSampled(rt.spider, committed_sampled), settings=slow
+        )
 
         def sample() -> None:
             try:
@@ -239,7 +267,10 @@ def test_status_sampled_through_real_runs_never_leaves_clps_values(
                         rows = connection.execute(
                             text("SELECT status, committed_at FROM compression_jobs")
                         ).all()
-                    samples.extend((row.status, row.committed_at is not None) for row in rows)
+                    found = [(row.status, row.committed_at is not None) for row in rows]
+                    samples.extend(found)
+                    if (1, True) in found:
+                        committed_sampled.set()
                     stop.wait(0.005)
             except BaseException as error:
                 errors.append(error)
