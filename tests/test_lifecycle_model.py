@@ -26,6 +26,7 @@ tests/test_lifecycle_model.py``).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -106,9 +107,11 @@ _template: dict[str, Path] = {}
 
 
 def _template_database() -> Path:
-    """A migrated SQLite file, made once per test session and copied for every program."""
+    """A migrated SQLite file, made once per test process, copied for every program and removed
+    when the process exits."""
     if "path" not in _template:
         directory = Path(tempfile.mkdtemp(prefix="coordinator-model-template-"))
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
         path = directory / "coordinator.db"
         engine = create_database_engine(f"sqlite:///{path}")
         migrate.upgrade(engine)
