@@ -597,9 +597,9 @@ def _p2_run(
     index: int,
 ) -> P2Run:
     """The floor (one bare clp-s over ``paths``), then the job with ``target``, back to back."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    floor_cpu = children_cpu()
     floor_secs = timed(lambda: run_clp_s(ws.config, paths, ws.root / f"floor-{index}"))
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    floor_cpu = children_cpu() - floor_cpu
     shutil.rmtree(ws.root / f"floor-{index}", ignore_errors=True)
     parallel_secs = None
     parts = partition_objects([(str(path), path.stat().st_size) for path in paths], target)
@@ -637,7 +637,7 @@ def _p2_run(
         int(status),
         marks.get("finalised", seen),
         floor_secs,
-        after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+        floor_cpu,
         sorted((start, end, cpu) for start, end, cpu in watch.runs.values()),
         service_cpu,
         marks,

@@ -41,8 +41,8 @@ class InlineExecutor(Executor):
 
 
 class InlineThread:
-    """What ``coordinator.service.outcomes`` uses of ``threading.Thread``; ``start`` runs the
-    target to its end."""
+    """What ``coordinator.service.outcomes`` uses of ``threading.Thread`` (its constructor,
+    ``start`` and ``is_alive``); ``start`` runs the target to its end."""
 
     def __init__(
         self,
@@ -56,9 +56,6 @@ class InlineThread:
 
     def start(self) -> None:
         self._run()
-
-    def join(self, timeout: float | None = None) -> None:
-        return None
 
     def is_alive(self) -> bool:
         return False

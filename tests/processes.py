@@ -1,4 +1,5 @@
-"""Looking at real processes from tests: whether one still runs, and its children."""
+"""Looking at real processes from tests: whether one still runs, its parent, its CPU time, its
+children."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ def is_running(pid: int) -> bool:
 def parent_of(pid: int) -> int:
     """``pid``'s parent pid (``/proc``)."""
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) ``pid`` itself used so far, its children apart (``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def children(pid: int) -> list[int]:

@@ -218,7 +218,7 @@ def forget_records(connection: Connection, records: Sequence[tuple[int, str]]) -
     """
     deleted = 0
     for start in range(0, len(records), _BATCH):
-        batch = [(record_id, location) for record_id, location in records[start : start + _BATCH]]
+        batch = list(records[start : start + _BATCH])
         result = connection.execute(
             delete(_stored).where(tuple_(_stored.c.id, _stored.c.location).in_(batch))
         )

@@ -457,7 +457,7 @@ def _report_exits(connection: socket.socket, children: set[int]) -> None:
         if pid == 0:
             return
         children.discard(pid)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             connection.send(msgpack.packb(["exited", pid, os.waitstatus_to_exitcode(status)]))
 
 
