@@ -125,7 +125,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DATASET = "default"
 CLP_S_PACKAGE = "yscope_clp_core"
-OUTPUT_DIRECTORY = "archives"
 STDERR_LINES_KEPT = 3
 STDERR_CHARS_KEPT = 300
 STAGING_FULL_BYTES = 1024 * 1024
@@ -193,12 +192,13 @@ def clp_s_s3_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
         list_file = scratch / (
             f"compression-{ctx.job_id}-{ctx.task_id}-{ctx.instance_id}-log-paths.txt"
         )
-        output_directory = scratch / OUTPUT_DIRECTORY
+        # clp-s writes its archives beside the list, into the scratch directory itself: a
+        # directory of its own would be one more made and removed per task (issue 14).
+        output_directory = scratch
         try:
             list_file.write_text(
                 "".join(f"{entry}\n" for entry in clp_s_input.entries), encoding="utf-8"
             )
-            output_directory.mkdir()
         except OSError as error:
             raise TaskError(
                 f"cannot write the object list {list_file} in the staging directory: "
@@ -215,7 +215,7 @@ def clp_s_s3_compress(ctx: TaskContext, inputs: Sequence[bytes]) -> list[bytes]:
             s3=clp_s_input.s3,
         )
         archives = _run_clp_s_retrying(
-            ctx, command, clp_s_input.environment, request, output_directory
+            ctx, command, clp_s_input.environment, request, output_directory, list_file=list_file
         )
         try:
             _store_and_record(
@@ -468,10 +468,13 @@ def _run_clp_s_retrying(
     environment: dict[str, str] | None,
     request: _Request,
     output_directory: Path,
+    *,
+    list_file: Path,
 ) -> list[ArchiveMetadata]:
     """``_run_clp_s``, rerun after a back-off while it fails only reading S3 for a transient reason.
 
-    Each rerun starts from an empty output directory (a failed run leaves a junk archive there).
+    Each rerun starts from an output directory emptied but for ``list_file`` (a failed run leaves
+    a junk archive there).
     After ``s3_read_retries.attempts`` such failures, raises ``TaskError`` saying S3 is still
     unreachable or failing, after how many attempts over how long, and the last curl error; any
     other failure is raised at once.
@@ -481,7 +484,7 @@ def _run_clp_s_retrying(
     delay = retries.first_delay_secs
     for attempt in range(1, retries.attempts + 1):
         if attempt > 1:
-            _empty_directory(output_directory)
+            _empty_directory(output_directory, keep=list_file)
         try:
             return _run_clp_s(command, environment, request, ctx.settings.staging_directory)
         except _ClpSFailed as failure:
@@ -511,11 +514,16 @@ def _run_clp_s_retrying(
     raise AssertionError("unreachable")
 
 
-def _empty_directory(directory: Path) -> None:
-    """Remove what a failed clp-s run left in ``directory`` (its junk archive)."""
+def _empty_directory(directory: Path, *, keep: Path) -> None:
+    """Remove what a failed clp-s run left in ``directory`` (its junk archive), all but ``keep``."""
     try:
-        shutil.rmtree(directory)
-        directory.mkdir()
+        with os.scandir(directory) as listing:
+            entries = [entry for entry in listing if entry.name != keep.name]
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
     except OSError as error:
         raise TaskError(
             f"cannot empty clp-s's output directory {directory} for another run: "
