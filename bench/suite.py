@@ -302,9 +302,9 @@ def p1(server: str | None, sizes: Sizes) -> list[Row]:
                 for run in runs:
                     run.result()
 
-        cpu = children_cpu()
+        before_floor = children_cpu()
         floor_secs = timed(floor)
-        floor_cpu, cpu = children_cpu() - cpu, children_cpu()
+        after_floor = children_cpu()
         service_secs = timed(
             lambda: subprocess.run(
                 ws.command("--until-idle"),
@@ -314,7 +314,8 @@ def p1(server: str | None, sizes: Sizes) -> list[Row]:
                 stderr=subprocess.DEVNULL,
             )
         )
-        service_cpu = children_cpu() - cpu
+        service_cpu = children_cpu() - after_floor
+        floor_cpu = after_floor - before_floor
         note = succeeded_note(engine, sizes.jobs)
         engine.dispose()
     ratio = service_secs / floor_secs
@@ -597,9 +598,9 @@ def _p2_run(
     index: int,
 ) -> P2Run:
     """The floor (one bare clp-s over ``paths``), then the job with ``target``, back to back."""
-    floor_cpu = children_cpu()
+    before_floor = children_cpu()
     floor_secs = timed(lambda: run_clp_s(ws.config, paths, ws.root / f"floor-{index}"))
-    floor_cpu = children_cpu() - floor_cpu
+    floor_cpu = children_cpu() - before_floor
     shutil.rmtree(ws.root / f"floor-{index}", ignore_errors=True)
     parallel_secs = None
     parts = partition_objects([(str(path), path.stat().st_size) for path in paths], target)
