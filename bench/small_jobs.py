@@ -125,7 +125,12 @@ def submit_round(
 
 def floor(config: CoordinatorConfig, paths: list[Path], root: Path, workers: int) -> float:
     """Seconds for one bare clp-s run per path, ``workers`` at a time (the compress task's
-    command, ``bench.suite.run_clp_s``)."""
+    command, ``bench.suite.run_clp_s``).
+
+    The outputs stay until the next round's floor or the end (as in ``bench.suite``'s P1):
+    removed right after, they made the coordinator's run that follows pay for them, on a file
+    system that searches past recently freed inodes (``docs/performance.md``, rounds 14 and 15).
+    """
     scratch = root / "floor"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
@@ -136,9 +141,7 @@ def floor(config: CoordinatorConfig, paths: list[Path], root: Path, workers: int
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, range(len(paths))))
-    elapsed = time.perf_counter() - started
-    shutil.rmtree(scratch, ignore_errors=True)
-    return elapsed
+    return time.perf_counter() - started
 
 
 def py_spy() -> str | None:
@@ -217,8 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if created is not None and options.database is not None:
             drop_database(options.database, created)
-        if temporary:
-            shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root if temporary else root / "floor", ignore_errors=True)
     return 1 if failed else 0
 
 
