@@ -14,19 +14,23 @@ def is_running(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+    return not (Path(f"/proc/{pid}/stat").exists() and _stat_fields(pid)[0] == "Z")
 
 
 def parent_of(pid: int) -> int:
     """``pid``'s parent pid (``/proc``)."""
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return int(_stat_fields(pid)[1])
 
 
 def cpu_seconds(pid: int) -> float:
     """The CPU time (user + system) ``pid`` itself used so far, its children apart (``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` after the command name (which may hold spaces): the state first."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
 def children(pid: int) -> list[int]:

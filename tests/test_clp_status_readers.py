@@ -210,6 +210,10 @@ def test_a_running_edge_never_matches_a_committed_row(store: JobStore) -> None:
     assert store.state(job_id) is JobStatus.COMMITTED
 
 
+_HOLD_SECS = 10.0
+"""How long the proxy holds back a success that no sample has seen Committed."""
+
+
 class _SucceededOnceSampled(SpiderProxy):
     """Tells the coordinator a job Spider finished is Succeeded only once ``sampled`` is set (or
     ``_HOLD_SECS`` have passed), so the Committed window is open while the sampler looks."""
@@ -223,9 +227,6 @@ class _SucceededOnceSampled(SpiderProxy):
         if state is JobState.SUCCEEDED:
             self.sampled.wait(_HOLD_SECS)
         return state
-
-
-_HOLD_SECS = 10.0
 
 
 @pytest.mark.slow
