@@ -29,6 +29,8 @@ from coordinator.engine.embedded.engine import EmbeddedSpider
 from coordinator.engine.tasks import scratch
 from coordinator.engine.tasks.context import WorkerSettings
 from coordinator.engine.tasks.scratch import (
+    MAKING_ABANDONED_AFTER_SECS,
+    MAKING_PREFIX,
     SCRATCH_NAME,
     create_scratch,
     remove_scratch,
@@ -152,12 +154,65 @@ def test_a_sweep_removes_the_directories_of_dead_instances_and_nothing_else(
     assert _snapshot(staging, outside) == unrelated
 
 
+def test_a_sweep_in_the_moment_between_mkdtemp_and_the_lock_leaves_the_directory_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another replica's whole sweep lands right after ``mkdtemp``, before the instance locked its
+    new directory: the directory is not under a scratch name yet, so the sweep leaves it, and the
+    instance uses the first directory it made, under its scratch name and locked."""
+    staging = tmp_path / "staging"
+    made: list[Path] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp_then_sweep(prefix: str, dir: Path) -> str:
+        path = mkdtemp(prefix=prefix, dir=dir)
+        made.append(Path(path))
+        assert sweep_scratch(staging) == []
+        return path
+
+    monkeypatch.setattr(scratch.tempfile, "mkdtemp", mkdtemp_then_sweep)
+    path = create_scratch(staging, 1, "0", 1)
+    assert len(made) == 1 and not made[0].exists()
+    assert path.parent == staging and path.name == made[0].name.removeprefix(MAKING_PREFIX)
+    assert SCRATCH_NAME.fullmatch(path.name) and path.is_dir()
+    assert sweep_scratch(staging) == []  # locked under its scratch name
+    remove_scratch(path)
+    assert list(staging.iterdir()) == []
+
+
+def test_a_directory_left_under_its_making_name_is_swept_once_abandoned(tmp_path: Path) -> None:
+    """A maker killed between ``mkdtemp`` and the rename leaves its directory under the making
+    name: a whole sweep leaves it while it could still be in the making, removes it once it is
+    older than that, and never while it is locked; the sweep of its (ended) instance at once."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    young = Path(tempfile.mkdtemp(prefix=MAKING_PREFIX + scratch_prefix(4, "0", 40), dir=staging))
+    old = Path(tempfile.mkdtemp(prefix=MAKING_PREFIX + scratch_prefix(4, "0", 41), dir=staging))
+    held = Path(tempfile.mkdtemp(prefix=MAKING_PREFIX + scratch_prefix(4, "0", 42), dir=staging))
+    ended = Path(tempfile.mkdtemp(prefix=MAKING_PREFIX + scratch_prefix(4, "1", 43), dir=staging))
+    (staging / ".compression-x-0-44-abcdefgh").mkdir()  # not a making name: never touched
+    abandoned = time.time() - MAKING_ABANDONED_AFTER_SECS - 5
+    for path in (old, held):
+        os.utime(path, (abandoned, abandoned))
+    descriptor = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        assert sweep_scratch(staging) == [old]
+        assert sweep_scratch(staging, instance=(4, "1", 43)) == [ended]
+        assert young.is_dir() and held.is_dir()
+    finally:
+        os.close(descriptor)
+    assert sweep_scratch(staging) == [held]
+    assert sweep_scratch(staging, instance=(4, "0", 40)) == [young]
+    assert sorted(p.name for p in staging.iterdir()) == [".compression-x-0-44-abcdefgh"]
+
+
 def test_a_directory_swept_before_its_creator_locked_it_is_never_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A sweep may lock a directory between ``mkdtemp`` and its creator's lock: the creator makes
-    another one rather than use a directory it does not hold (the sweep holds its lock, or has
-    removed it already)."""
+    """Should a sweep still take a just-made directory (its maker was stopped past the abandon
+    age, or the sweep is its instance's), the creator makes another one rather than use a
+    directory it does not hold (the sweep holds its lock, or has removed it already)."""
     staging = tmp_path / "staging"
     made: list[Path] = []
     sweeping: list[int] = []
@@ -171,15 +226,16 @@ def test_a_directory_swept_before_its_creator_locked_it_is_never_used(
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             sweeping.append(descriptor)
         elif len(made) == 2:  # a sweep has removed it already
-            assert sweep_scratch(staging) == [Path(path)]
+            assert sweep_scratch(staging, instance=(1, "0", 1)) == [Path(path)]
         return path
 
     monkeypatch.setattr(scratch.tempfile, "mkdtemp", mkdtemp_then_sweep)
     path = create_scratch(staging, 1, "0", 1)
-    assert made[2] == path and path.is_dir()
+    assert path.name == made[2].name.removeprefix(MAKING_PREFIX)
+    assert path.is_dir() and not made[2].exists()
     assert not made[1].exists()
     os.close(sweeping[0])
-    assert sweep_scratch(staging) == [made[0]]  # the first one, whose sweep was interrupted
+    assert sweep_scratch(staging, instance=(1, "0", 1)) == [made[0]]  # its sweep was interrupted
     assert sweep_scratch(staging) == []
     remove_scratch(path)
     assert list(staging.iterdir()) == []

@@ -21,10 +21,18 @@ output, would stay for ever. So:
   locked, removes the directory while holding the lock. A held lock (a live instance, in this
   process or any other) means the directory is left alone. Nothing else in the staging directory is
   ever touched (CLP's tasks, if they share it, use ``<staging>/<dataset>``; other files stay).
-* **Races.** A sweep may take the lock of a directory ``mkdtemp`` has just made, before its
-  creator locks it; the creator then finds it gone (or held) and makes another, so an instance
-  never uses a directory it has not locked. An instance removes its own directory while holding
-  the lock; a sweep that locks it afterwards finds the path gone and leaves it.
+* **Made under another name, named once locked.** ``mkdtemp`` makes the directory as
+  ``.compression-…`` (the *making* name), the instance locks it, then renames it to its scratch
+  name; the lock is on the directory, so the rename keeps it. A directory under a scratch name is
+  therefore locked from the moment it has that name until its instance ends, and no sweep, of this
+  process or another replica, ever takes one a live instance is about to use. A directory whose
+  maker died between ``mkdtemp`` and the rename stays under its making name; a whole sweep removes
+  it once it is unlocked and older than ``MAKING_ABANDONED_AFTER_SECS`` (its maker would have
+  renamed it within microseconds), an instance's sweep at once (the caller knows it ended).
+* **Races.** Should a sweep still take a making directory's lock first (its maker stopped for a
+  long time), the maker finds it gone (or held) and makes another, so an instance never uses a
+  directory it has not locked. An instance removes its own directory while holding the lock; a
+  sweep that locks it afterwards finds the path gone and leaves it.
 * **Who sweeps**: the embedded engine (``coordinator.engine.embedded.engine``), which hosts the
   instances. As soon as an execution manager has reaped an executor it killed (hard timeout) or
   that crashed, the directories of the instance it was running are swept; the whole staging
@@ -48,12 +56,19 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 SCRATCH_NAME = re.compile(r"compression-(\d+)-([0-9A-Za-z_]+)-(\d+)-([0-9A-Za-z_]+)")
 """A scratch directory's full name: job id, task id, instance id, random suffix."""
+
+MAKING_PREFIX = "."
+"""Prefixed to a scratch name while its directory is made and not yet locked."""
+
+MAKING_ABANDONED_AFTER_SECS = 60.0
+"""Age past which an unlocked directory under its making name is taken for abandoned."""
 
 _CREATE_ATTEMPTS = 20
 _REMOVE_ATTEMPTS = 3
@@ -78,11 +93,12 @@ def create_scratch(staging: Path, job_id: int, task_id: str, instance_id: int) -
     Creates ``staging`` when missing. Raises ``OSError`` when it cannot create a directory there.
     """
     staging.mkdir(parents=True, exist_ok=True)
-    prefix = scratch_prefix(job_id, task_id, instance_id)
+    prefix = MAKING_PREFIX + scratch_prefix(job_id, task_id, instance_id)
     for _ in range(_CREATE_ATTEMPTS):
-        path = Path(tempfile.mkdtemp(prefix=prefix, dir=staging))
+        making = Path(tempfile.mkdtemp(prefix=prefix, dir=staging))
+        path = making.with_name(making.name.removeprefix(MAKING_PREFIX))
         try:
-            descriptor = _lock(path)
+            descriptor = _lock(making)
         except _CannotLock as error:
             logger.warning(
                 "cannot lock the scratch directory %s (%s): it is used unlocked, and sweeps leave "
@@ -90,9 +106,15 @@ def create_scratch(staging: Path, job_id: int, task_id: str, instance_id: int) -
                 path,
                 error,
             )
+            making.rename(path)
             return path
         if descriptor is None:
             continue  # a sweep locked it first and removes it: make another
+        try:
+            making.rename(path)
+        except OSError:
+            os.close(descriptor)
+            raise
         with _held_guard:
             _held[path] = descriptor
         return path
@@ -125,19 +147,18 @@ def sweep_scratch(
 ) -> list[Path]:
     """Remove the scratch directories in ``staging`` whose instance is gone; the paths removed.
 
-    ``instance`` (job id, task id, instance id): only that instance's directories. A directory
-    whose lock is held is left alone, and so is every entry that is not a scratch directory. Never
-    raises: a directory that cannot be removed is logged and left to the next sweep.
+    ``instance`` (job id, task id, instance id): only that instance's directories, which the
+    caller knows ended (so those under their making name go too, whatever their age). A directory
+    whose lock is held is left alone, and so is every entry that is not a scratch directory, and,
+    in a whole sweep, one under its making name younger than ``MAKING_ABANDONED_AFTER_SECS``.
+    Never raises: a directory that cannot be removed is logged and left to the next sweep.
     """
     prefix = scratch_prefix(*instance) if instance is not None else "compression-"
+    made_before = None if instance is not None else time.time() - MAKING_ABANDONED_AFTER_SECS
     try:
         with os.scandir(staging) as listing:
             candidates = [
-                Path(entry.path)
-                for entry in listing
-                if entry.name.startswith(prefix)
-                and SCRATCH_NAME.fullmatch(entry.name)
-                and entry.is_dir(follow_symlinks=False)
+                Path(entry.path) for entry in listing if _sweepable(entry, prefix, made_before)
             ]
     except FileNotFoundError:
         return []
@@ -162,6 +183,28 @@ def sweep_scratch(
         finally:
             os.close(descriptor)
     return removed
+
+
+def _sweepable(entry: os.DirEntry[str], prefix: str, made_before: float | None) -> bool:
+    """Whether a sweep looks at ``entry``: a directory (not a symlink) under a scratch name that
+    starts with ``prefix``, or under its making name and, unless ``made_before`` is ``None``, last
+    changed before it. Raises ``OSError`` when ``entry`` cannot be looked at."""
+    name = entry.name
+    making = name.startswith(MAKING_PREFIX)
+    name = name.removeprefix(MAKING_PREFIX)
+    if not (name.startswith(prefix) and SCRATCH_NAME.fullmatch(name)):
+        return False
+    if not entry.is_dir(follow_symlinks=False):
+        return False
+    return not making or made_before is None or _changed_at(entry) < made_before
+
+
+def _changed_at(entry: os.DirEntry[str]) -> float:
+    """When ``entry`` last changed; now when it is gone (a gone entry is nothing to sweep)."""
+    try:
+        return entry.stat(follow_symlinks=False).st_mtime
+    except FileNotFoundError:
+        return time.time()
 
 
 def _lock(path: Path) -> int | None:
