@@ -71,7 +71,9 @@ def read_request(stream: IO[bytes]) -> Request | None:
 def read_reply(fd: int, deadline: float) -> Reply:
     """The executor's reply from ``fd``, waiting until the monotonic ``deadline``.
 
-    Raises ``ReplyTimeout`` when the deadline passes first and ``ExecutorGone`` at end of file.
+    A reply already written is taken even when the deadline has passed (the instance ended in
+    time; only the reading thread was late). Raises ``ReplyTimeout`` when the deadline passes
+    with the reply incomplete, and ``ExecutorGone`` at end of file.
     """
     (length,) = _LENGTH.unpack(_read_exactly(fd, _LENGTH.size, deadline))
     fields = msgpack.unpackb(_read_exactly(fd, length, deadline), raw=False)
@@ -81,10 +83,7 @@ def read_reply(fd: int, deadline: float) -> Reply:
 def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
     chunks, remaining = [], size
     while remaining:
-        wait = deadline - time.monotonic()
-        if wait <= 0:
-            raise ReplyTimeout
-        readable, _, _ = select.select([fd], [], [], wait)
+        readable, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
         if not readable:
             raise ReplyTimeout
         chunk = os.read(fd, min(remaining, 1 << 20))
