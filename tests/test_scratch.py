@@ -186,10 +186,13 @@ def test_a_directory_left_under_its_making_name_is_swept_once_abandoned(tmp_path
     older than that, and never while it is locked; the sweep of its (ended) instance at once."""
     staging = tmp_path / "staging"
     staging.mkdir()
-    young = Path(tempfile.mkdtemp(prefix=MAKING_PREFIX + scratch_prefix(4, "0", 40), dir=staging))
-    old = Path(tempfile.mkdtemp(prefix=MAKING_PREFIX + scratch_prefix(4, "0", 41), dir=staging))
-    held = Path(tempfile.mkdtemp(prefix=MAKING_PREFIX + scratch_prefix(4, "0", 42), dir=staging))
-    ended = Path(tempfile.mkdtemp(prefix=MAKING_PREFIX + scratch_prefix(4, "1", 43), dir=staging))
+
+    def making(task: str, instance: int) -> Path:
+        """A directory left as ``create_scratch``'s ``mkdtemp`` makes it, before the rename."""
+        prefix = MAKING_PREFIX + scratch_prefix(4, task, instance)
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=staging))
+
+    young, old, held, ended = making("0", 40), making("0", 41), making("0", 42), making("1", 43)
     (staging / ".compression-x-0-44-abcdefgh").mkdir()  # not a making name: never touched
     abandoned = time.time() - MAKING_ABANDONED_AFTER_SECS - 5
     for path in (old, held):
