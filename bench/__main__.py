@@ -9,7 +9,8 @@
 Cases (``bench/suite.py``): ``p1`` one-object jobs through ``coordinator run --until-idle`` (real
 clp-s, embedded engine) vs the same clp-s runs at the same parallelism; ``p1b`` the same jobs with
 instant tasks (``bench.noop``: a no-op compress task, the real commit task and transitions),
-jobs/s and database transactions per job; ``p2`` one big job in 2 partitions and in 1, submission
+jobs/s and database transactions per job, against the database's own rate for that many guarded
+moves per job (``bench.transitions``); ``p2`` one big job in 2 partitions and in 1, submission
 → Succeeded in a running service vs one bare clp-s over the same files; ``p3`` a backlog: peak RSS,
 tick cost at a small vs a large backlog, Spider state calls/s vs the back-off's bound; ``p4``
 SIGKILL of a running ``coordinator run`` and the time its restart takes to re-attach every job in

@@ -2,7 +2,8 @@
 
 Each move is one transaction: compare-and-set, row-count check, history row (and, for the duration
 edges, a read of start_time). Prints moves per second for one writer and for several concurrent
-writers on distinct jobs.
+writers on distinct jobs. ``moves_per_second_in_processes`` is P1b's floor in ``bench.suite``: the
+same moves from several processes at once, as the coordinator's process and its executors write.
 
     .venv/bin/python -m bench.transitions                      # embedded SQLite in a temp dir
     .venv/bin/python -m bench.transitions mysql+pymysql://u:p@127.0.0.1:3306/bench   # existing DB
@@ -10,10 +11,14 @@ writers on distinct jobs.
 
 from __future__ import annotations
 
+import multiprocessing
+import queue
 import sys
 import tempfile
 import threading
 import time
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.store import migrate
@@ -57,6 +62,52 @@ def measure(store: JobStore, writers: int) -> float:
     for thread in threads:
         thread.join()
     return writers * JOBS_PER_WRITER * len(MOVES) / (time.perf_counter() - started)
+
+
+def _drive_in_process(
+    url: str, jobs: int, barrier: Barrier, spans: Queue[tuple[float, float, int]]
+) -> None:
+    engine = create_database_engine(url, pool_size=1)
+    store = JobStore(engine)
+    job_ids = [store.create_job(b"bench") for _ in range(jobs)]
+    barrier.wait(timeout=300)  # every process's imports and inserts done: only the moves are timed
+    started = time.perf_counter()
+    drive(store, job_ids)
+    spans.put((started, time.perf_counter(), jobs * len(MOVES)))
+    engine.dispose()
+
+
+def moves_per_second_in_processes(url: str, processes: int, jobs_per_process: int) -> float:
+    """Guarded moves per second of ``processes`` processes at once on the (migrated) database at
+    ``url``, each driving ``jobs_per_process`` jobs of its own from Pending to Succeeded, from the
+    first process's first move to the last one's last (``perf_counter`` is the system's monotonic
+    clock, shared by the processes). Raises ``RuntimeError`` when a process fails."""
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter, as an executor is
+    barrier = context.Barrier(processes)
+    spans: Queue[tuple[float, float, int]] = context.Queue()
+    workers = [
+        context.Process(target=_drive_in_process, args=(url, jobs_per_process, barrier, spans))
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    results: list[tuple[float, float, int]] = []
+    try:
+        while len(results) < processes:
+            try:
+                results.append(spans.get(timeout=1))
+            except queue.Empty:
+                failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+                if failed:
+                    raise RuntimeError(f"a floor process failed (exit codes {failed})") from None
+    finally:
+        for worker in workers:
+            worker.join(timeout=60)
+            if worker.is_alive():
+                worker.kill()
+    first = min(started for started, _, _ in results)
+    last = max(ended for _, ended, _ in results)
+    return sum(moves for _, _, moves in results) / (last - first)
 
 
 def main() -> None:

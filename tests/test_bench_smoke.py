@@ -49,3 +49,6 @@ def test_the_smoke_suite_prints_every_case() -> None:
     for row in ROWS:
         assert any(line.startswith(f"| {row}") for line in lines), (row, completed.stdout)
     assert all(line.count(" | ") == 5 for line in lines[2:]), completed.stdout
+    # P1b has a floor too: the database's own rate for the run's commits per job.
+    (p1b,) = [line for line in lines if line.startswith("| P1b ")]
+    assert "guarded moves/s from 3 processes" in p1b.split(" | ")[2], p1b
