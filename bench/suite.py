@@ -349,7 +349,7 @@ def p1b(server: str | None, sizes: Sizes) -> list[Row]:
         with open_runtime(ws.config, packages=INSTANT_PACKAGE) as runtime:
             # One job first, as P2's warm-up: the executors' start (the fork server imports the
             # task packages) and each process's first-use work stay out of the figure, as the
-            # floor's processes' imports do; the line below the table gives that job's time.
+            # floor's processes' imports do; the row gives that job's time and the rate counting it.
             warm_up_secs = timed(lambda: runtime.coordinator.run(until_idle=True))
             clone_jobs(engine, first, sizes.jobs)
             counter = TransactionCounter()

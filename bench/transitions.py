@@ -100,11 +100,13 @@ def moves_per_second_in_processes(url: str, processes: int, jobs_per_process: in
                 failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
                 if failed:
                     raise RuntimeError(f"a floor process failed (exit codes {failed})") from None
+    except BaseException:
+        for worker in workers:  # the others would wait at the barrier for the one that failed
+            worker.kill()
+        raise
     finally:
         for worker in workers:
             worker.join(timeout=60)
-            if worker.is_alive():
-                worker.kill()
     first = min(started for started, _, _ in results)
     last = max(ended for _, ended, _ in results)
     return sum(moves for _, _, moves in results) / (last - first)
