@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import random
 import resource
@@ -44,7 +45,7 @@ from bench.soak import create_database, drop_database
 from bench.transitions import moves_per_second_in_processes
 from coordinator import metrics
 from coordinator.cli.samples import json_log_lines
-from coordinator.config.loader import CoordinatorConfig, load_config
+from coordinator.config.loader import CoordinatorConfig, database_url, load_config
 from coordinator.engine.tasks.compress import CLP_S_PACKAGE, clp_s_command
 from coordinator.lifecycle import JobStatus
 from coordinator.partition import partition_objects
@@ -362,12 +363,13 @@ def p1b(server: str | None, sizes: Sizes) -> list[Row]:
         task_commits -= warm_up_commits
         task_rollbacks -= warm_up_rollbacks
         note = succeeded_note(engine, sizes.jobs + 1)
-        url = engine.url.render_as_string(hide_password=False)
         engine.dispose()
         per_job = (counter.commits + task_commits) / sizes.jobs
         # Done once the run's jobs were counted: the floor's own jobs end Succeeded too.
         writers = sizes.workers + 1  # the coordinator's process and each executor write
-        moves_per_sec = moves_per_second_in_processes(url, writers, -(-sizes.jobs // writers))
+        moves_per_sec = moves_per_second_in_processes(
+            database_url(ws.config), writers, math.ceil(sizes.jobs / writers)
+        )
     rate = sizes.jobs / seconds
     cold_secs = warm_up_secs + seconds
     floor_rate = moves_per_sec / per_job

@@ -77,11 +77,16 @@ def _drive_in_process(
     engine.dispose()
 
 
+FLOOR_TIMEOUT_SECS = 600.0
+"""How long ``moves_per_second_in_processes`` waits for its processes' figures."""
+
+
 def moves_per_second_in_processes(url: str, processes: int, jobs_per_process: int) -> float:
     """Guarded moves per second of ``processes`` processes at once on the (migrated) database at
     ``url``, each driving ``jobs_per_process`` jobs of its own from Pending to Succeeded, from the
     first process's first move to the last one's last (``perf_counter`` is the system's monotonic
-    clock, shared by the processes). Raises ``RuntimeError`` when a process fails."""
+    clock, shared by the processes). Raises ``RuntimeError`` when a process fails, or when they
+    have not all reported within ``FLOOR_TIMEOUT_SECS`` (a process stuck on the database)."""
     context = multiprocessing.get_context("spawn")  # a fresh interpreter, as an executor is
     barrier = context.Barrier(processes)
     spans: Queue[tuple[float, float, int]] = context.Queue()
@@ -92,6 +97,7 @@ def moves_per_second_in_processes(url: str, processes: int, jobs_per_process: in
     for worker in workers:
         worker.start()
     results: list[tuple[float, float, int]] = []
+    deadline = time.monotonic() + FLOOR_TIMEOUT_SECS
     try:
         while len(results) < processes:
             try:
@@ -100,6 +106,10 @@ def moves_per_second_in_processes(url: str, processes: int, jobs_per_process: in
                 failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
                 if failed:
                     raise RuntimeError(f"a floor process failed (exit codes {failed})") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the floor's processes did not report within {FLOOR_TIMEOUT_SECS:.0f} s"
+                    ) from None
     except BaseException:
         for worker in workers:  # the others would wait at the barrier for the one that failed
             worker.kill()
