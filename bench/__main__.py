@@ -6,18 +6,18 @@
     .venv/bin/python -m bench --case p1 [--jobs 200] # one case alone
     .venv/bin/python -m bench --smoke               # tiny sizes (under a minute)
 
-Cases (``bench/suite.py``): ``p1`` one-object jobs through ``coordinator run --until-idle`` (real
-clp-s, embedded engine) vs the same clp-s runs at the same parallelism; ``p1b`` the same jobs with
-instant tasks (``bench.noop``: a no-op compress task, the real commit task and transitions),
+Cases (``bench/suite.py``): ``p1`` one-object jobs through a running service after a warm-up job
+(real clp-s, embedded engine) vs the same clp-s runs at the same parallelism; ``p1b`` the same jobs
+with instant tasks (``bench.noop``: a no-op compress task, the real commit task and transitions),
 jobs/s and database transactions per job, against the database's own rate for that many guarded
-moves per job (``bench.transitions``); ``p2`` one big job in 2 partitions and in 1, submission
-→ Succeeded in a running service vs one bare clp-s over the same files; ``p3`` a backlog: peak RSS,
+moves per job (``bench.transitions``); ``p2`` one big job in 2 partitions and in 1, submission →
+Succeeded in a running service vs one bare clp-s over the same files; ``p3`` a backlog: peak RSS,
 tick cost at a small vs a large backlog, Spider state calls/s vs the back-off's bound; ``p4``
 SIGKILL of a running ``coordinator run`` and the time its restart takes to re-attach every job in
-flight; ``p5`` partitioning (``bench.partition``'s workloads); ``startup`` ``run --until-idle``
-with nothing to do. Each case runs in a process of its own (clean metrics and peak RSS) with its
-own temporary data directory and database; ``--database`` runs ``p1``, ``p1b``, ``p3`` and ``p4``
-again on a fresh database of that MariaDB server.
+flight; ``p5`` partitioning (``bench.partition``'s workloads); ``startup`` ``run --until-idle`` with
+nothing to do. Each case runs in a process of its own (clean metrics and peak RSS) with its own
+temporary data directory and database; ``--database`` runs ``p1``, ``p1b``, ``p3`` and ``p4`` again
+on a fresh database of that MariaDB server.
 """
 
 from __future__ import annotations

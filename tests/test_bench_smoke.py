@@ -52,3 +52,9 @@ def test_the_smoke_suite_prints_every_case() -> None:
     # P1b has a floor too: the database's own rate for the run's commits per job.
     (p1b,) = [line for line in lines if line.startswith("| P1b ")]
     assert "guarded moves/s from 3 processes" in p1b.split(" | ")[2], p1b
+    # P1 is measured inside a running service, after a warm-up job, as P1b and P2 are.
+    (p1,) = [line for line in lines if line.startswith("| P1 ")]
+    assert "after a warm-up job" in p1.split(" | ")[1], p1
+    # Start-up's floor is every library a run needs, metrics' client included.
+    (startup,) = [line for line in lines if line.startswith("| Start-up")]
+    assert "prometheus_client" in startup.split(" | ")[2], startup
