@@ -90,7 +90,7 @@ from sqlalchemy.engine import make_url
 from coordinator.cli.samples import json_log_lines
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.engine.embedded.engine import UNRECORDED_GRACE_SECS, UNRECORDED_REGISTRATION
-from coordinator.engine.tasks.scratch import MAKING_PREFIX, SCRATCH_NAME
+from coordinator.engine.tasks.scratch import scratch_name
 from coordinator.lifecycle import JobStatus
 from coordinator.lifecycle.storage import state_of
 from coordinator.runtime import INSTANCE_STALE_AFTER_SECS, archive_output_of
@@ -926,8 +926,8 @@ def check_scratch(findings: Findings, setup: Setup, chaos: Chaos) -> None:
         ended = last.get(data_dir.name)  # the settler has none: its run ended by itself
         clean = ended is None or ended.how == "SIGTERM"
         for path in sorted(staging.iterdir()):
-            name = path.name.removeprefix(MAKING_PREFIX)  # one whose maker was killed too
-            if not (SCRATCH_NAME.fullmatch(name) and path.is_dir()):
+            # Under its making name too: one whose maker was killed as well.
+            if not (scratch_name(path.name) and path.is_dir()):
                 continue
             if not clean:
                 findings.scratch_of_killed += 1

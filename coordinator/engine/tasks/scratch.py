@@ -185,15 +185,21 @@ def sweep_scratch(
     return removed
 
 
+def scratch_name(name: str) -> str | None:
+    """The scratch name ``name`` is or is made under (``MAKING_PREFIX`` removed); ``None`` for a
+    name that is neither."""
+    scratch = name.removeprefix(MAKING_PREFIX)
+    return scratch if SCRATCH_NAME.fullmatch(scratch) else None
+
+
 def _sweepable(entry: os.DirEntry[str], prefix: str, made_before: float | None) -> bool:
     """Whether a sweep looks at ``entry``: a directory (not a symlink) under a scratch name that
     starts with ``prefix``, or under its making name and, unless ``made_before`` is ``None``, last
     changed before it. Raises ``OSError`` when ``entry`` cannot be looked at."""
-    name = entry.name
-    making = name.startswith(MAKING_PREFIX)
-    name = name.removeprefix(MAKING_PREFIX)
-    if not (name.startswith(prefix) and SCRATCH_NAME.fullmatch(name)):
+    name = scratch_name(entry.name)
+    if name is None or not name.startswith(prefix):
         return False
+    making = name != entry.name
     if not entry.is_dir(follow_symlinks=False):
         return False
     return not making or made_before is None or _changed_at(entry) < made_before
