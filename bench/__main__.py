@@ -5,6 +5,7 @@
                                                     # the database cases on MariaDB too
     .venv/bin/python -m bench --case p1 [--jobs 200] # one case alone
     .venv/bin/python -m bench --smoke               # tiny sizes (under a minute)
+    .venv/bin/python -m bench --rounds 5 --case p1  # goals judged on the median of 5 rounds
 
 Cases (``bench/suite.py``): ``p1`` one-object jobs through a running service after a warm-up job
 (real clp-s, embedded engine) vs the same clp-s runs at the same parallelism; ``p1b`` the same jobs
@@ -29,14 +30,18 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import coordinator
+from bench.rounds import RoundRows, median_table
 from bench.suite import CASES, DATABASE_CASES, Sizes
 
 ROW_MARK = "BENCH-ROW "
 HEADERS = ("case", "coordinator", "floor", "ratio", "goal", "holds")
+ROW_FIELDS = ("case", "figure", "floor", "ratio", "goal", "holds")
+"""``bench.suite.Row``'s fields under ``HEADERS``."""
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -44,6 +49,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--case", choices=sorted(CASES), action="append", help="default: all")
     parser.add_argument("--database", metavar="URL", help="a MariaDB server URL")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the cases N times, alternated; then judge each goal on the median (bench.rounds)",
+    )
     parser.add_argument("--jobs", type=int, help="P1/P1b jobs (default 1,000)")
     parser.add_argument("--big-mib", type=int, help="P2 job size (default 200)")
     parser.add_argument("--big-rounds", type=int, help="P2 rounds, floor and job alternately (3)")
@@ -97,10 +108,10 @@ def run_one(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(rows: list[dict[str, str]]) -> str:
+def table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     for row in rows:
-        cells = (row["case"], row["figure"], row["floor"], row["ratio"], row["goal"], row["holds"])
+        cells = tuple(str(row.get(header, "—")) for header in ROW_FIELDS)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -116,23 +127,16 @@ def compile_package() -> None:
     compileall.compile_dir(Path(coordinator.__file__).parent, quiet=1)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
-    if args.rows:
-        return run_one(args)
-    compile_package()
-    cases = args.case or list(CASES)
-    runs = [(case, None) for case in cases]
-    if args.database:
-        runs += [(case, args.database) for case in cases if case in DATABASE_CASES]
-    rows: list[dict[str, str]] = []
-    failed = 0
+def measure_round(args: argparse.Namespace, runs: list[tuple[str, str | None]]) -> RoundRows:
+    """Every run of ``runs`` in a process of its own; the rows each printed (a failed run: one row
+    saying so)."""
+    rows: dict[str, list[dict[str, Any]]] = {}
     for case, database in runs:
         command = [sys.executable, "-m", "bench", "--rows", "--case", case, *size_options(args)]
         if database is not None:
             command += ["--on", database]
-        where = "MariaDB" if database else "SQLite"
-        print(f"bench: {case} ({where}) ...", file=sys.stderr, flush=True)
+        name = f"{case} ({'MariaDB' if database else 'SQLite'})"
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
         result = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
         found = [
@@ -141,23 +145,47 @@ def main(argv: Sequence[str] | None = None) -> int:
             if line.startswith(ROW_MARK)
         ]
         if result.returncode != 0 or not found:
-            failed += 1
             found.append(
                 {
-                    "case": f"{case} ({where})",
+                    "case": name,
                     "figure": f"failed (exit {result.returncode})",
-                    "floor": "—",
-                    "ratio": "—",
-                    "goal": "",
                     "holds": "no",
+                    "valid": False,
                 }
             )
-        rows += found
-        print(
-            f"bench: {case} ({where}) took {time.perf_counter() - started:.1f} s", file=sys.stderr
-        )
-    print(table(rows))
-    return 1 if failed else 0
+        rows[name] = found
+        print(f"bench: {name} took {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return rows
+
+
+def failed_runs(measured: RoundRows) -> int:
+    return sum(1 for rows in measured.values() if rows[-1]["figure"].startswith("failed (exit"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    if args.rows:
+        return run_one(args)
+    if args.rounds < 1:
+        raise SystemExit("python -m bench: --rounds must be 1 or more")
+    compile_package()
+    cases = args.case or list(CASES)
+    runs: list[tuple[str, str | None]] = [(case, None) for case in cases]
+    if args.database:
+        runs += [(case, args.database) for case in cases if case in DATABASE_CASES]
+    rounds: list[RoundRows] = []
+    for number in range(1, args.rounds + 1):
+        measured = measure_round(args, runs)
+        rounds.append(measured)
+        if args.rounds > 1:
+            print(f"Round {number} of {args.rounds}\n")
+        print(table([row for rows in measured.values() for row in rows]))
+        if args.rounds > 1:
+            print()
+    if args.rounds > 1:
+        print(f"Each goal on the median of {args.rounds} rounds\n")
+        print(median_table(rounds))
+    return 1 if any(failed_runs(measured) for measured in rounds) else 0
 
 
 if __name__ == "__main__":
