@@ -296,7 +296,7 @@ def measure(
             engine=engine,
             spider=MeasuredSpider(spider),
             settings=settings,
-            archive_output=FsArchiveOutput(directory=str(directory or Path(scratch))),
+            archive_output=FsArchiveOutput(directory=directory or Path(scratch)),
             instance_id="bench-backlog",
             lease_duration=timedelta(seconds=30),
         )

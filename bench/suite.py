@@ -50,8 +50,9 @@ from coordinator.config.loader import CoordinatorConfig, database_url, load_conf
 from coordinator.engine.tasks.compress import CLP_S_PACKAGE, clp_s_command
 from coordinator.lifecycle import JobStatus
 from coordinator.partition import partition_objects
-from coordinator.runtime import Runtime, open_engine, open_runtime
+from coordinator.runtime import Runtime, open_runtime
 from coordinator.service.ingest import submit_job
+from coordinator.store.opening import open_engine
 from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.store.schema import job_transitions, stored_archives
 

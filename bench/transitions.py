@@ -20,7 +20,7 @@ import time
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 
-from coordinator.lifecycle import Actor, JobStatus
+from coordinator.lifecycle import Actor, JobStatus, Trigger
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.guarded import Applied, TransitionRequest
@@ -28,9 +28,9 @@ from coordinator.store.jobs import JobStore
 
 JOBS_PER_WRITER = 300
 MOVES = (
-    ("submitted", JobStatus.PENDING, JobStatus.RUNNING, Actor.COORDINATOR),
-    ("committed", JobStatus.RUNNING, JobStatus.COMMITTED, Actor.COMMIT_TASK),
-    ("finalised", JobStatus.COMMITTED, JobStatus.SUCCEEDED, Actor.COORDINATOR),
+    (Trigger.SUBMITTED, JobStatus.PENDING, JobStatus.RUNNING, Actor.COORDINATOR),
+    (Trigger.COMMITTED, JobStatus.RUNNING, JobStatus.COMMITTED, Actor.COMMIT_TASK),
+    (Trigger.FINALISED, JobStatus.COMMITTED, JobStatus.SUCCEEDED, Actor.COORDINATOR),
 )
 
 
