@@ -1,7 +1,8 @@
 """Issue 14's benchmark suite (``python -m bench``) keeps working: its smoke mode prints the table.
 
-Only that the table comes out with every case's row: the figures are not checked (benchmarks are
-not tests; the machine may be loaded).
+Only that the table comes out with every case's row, and that ``--rounds`` prints each round and
+then the medians' table: the figures are not checked (benchmarks are not tests; the machine may
+be loaded).
 """
 
 from __future__ import annotations
@@ -27,28 +28,34 @@ ROWS = (
 )
 
 
-@pytest.mark.slow
-def test_the_smoke_suite_prints_every_case() -> None:
+def run_suite(*options: str, timeout: float) -> str:
+    """``python -m bench`` with ``options``, outside any coordinator's environment; its stdout."""
     environment = {
         k: v
         for k, v in os.environ.items()
         if k not in ("COORDINATOR_DATABASE_URL", "COORDINATOR_HOME", "COORDINATOR_CRASH_AT")
     }
     completed = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke"],
+        [sys.executable, "-m", "bench", *options],
         cwd=PROJECT_ROOT,
         env=environment,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
-    lines = completed.stdout.splitlines()
+    return completed.stdout
+
+
+@pytest.mark.slow
+def test_the_smoke_suite_prints_every_case() -> None:
+    stdout = run_suite("--smoke", timeout=300)
+    lines = stdout.splitlines()
     assert lines[0] == "| case | coordinator | floor | ratio | goal | holds |"
     for row in ROWS:
-        assert any(line.startswith(f"| {row}") for line in lines), (row, completed.stdout)
-    assert all(line.count(" | ") == 5 for line in lines[2:]), completed.stdout
+        assert any(line.startswith(f"| {row}") for line in lines), (row, stdout)
+    assert all(line.count(" | ") == 5 for line in lines[2:]), stdout
     # P1b has a floor too: the database's own rate for the run's commits per job.
     (p1b,) = [line for line in lines if line.startswith("| P1b ")]
     assert "guarded moves/s from 3 processes" in p1b.split(" | ")[2], p1b
@@ -58,3 +65,13 @@ def test_the_smoke_suite_prints_every_case() -> None:
     # Start-up's floor is every library a run needs, metrics' client included.
     (startup,) = [line for line in lines if line.startswith("| Start-up")]
     assert "prometheus_client" in startup.split(" | ")[2], startup
+
+
+def test_rounds_print_every_round_then_each_goal_on_its_median() -> None:
+    stdout = run_suite("--smoke", "--rounds", "2", "--case", "p5", timeout=120)
+    assert "Round 1 of 2" in stdout and "Round 2 of 2" in stdout, stdout
+    summary = stdout.split("Each goal on the median of 2 rounds", 1)[1].strip().splitlines()
+    assert summary[0] == "| case | each round | median | goal | holds |", stdout
+    (p5,) = [line for line in summary if line.startswith("| P5 partitioning")]
+    cells = p5.split(" | ")
+    assert len(cells[1].split(", ")) == 2 and cells[3] == "≤ 2 s", p5
