@@ -32,8 +32,8 @@ def median_rows(rounds: Sequence[RoundRows]) -> list[tuple[str, str, str, str, s
     for run in dict.fromkeys(run for round_rows in rounds for run in round_rows):
         template = max((round_rows.get(run, ()) for round_rows in rounds), key=_judged_rows)
         for index, shape in enumerate(template):
-            first = Row(**shape)
-            goal = first.goal_rule
+            judged = Row(**shape)
+            goal = judged.goal_rule
             if goal is None:
                 continue
             values: list[float] = []
@@ -52,7 +52,7 @@ def median_rows(rounds: Sequence[RoundRows]) -> list[tuple[str, str, str, str, s
             median = statistics.median(values) if values else None
             summary.append(
                 (
-                    first.case,
+                    judged.case,
                     ", ".join(cells),
                     "—" if median is None else goal.shown.format(median),
                     goal.text,
