@@ -32,8 +32,8 @@ def median_rows(rounds: Sequence[RoundRows]) -> list[tuple[str, str, str, str, s
     for run in dict.fromkeys(run for round_rows in rounds for run in round_rows):
         template = max((round_rows.get(run, ()) for round_rows in rounds), key=_judged_rows)
         for index, shape in enumerate(template):
-            judged = Row(**shape)
-            goal = judged.goal_rule
+            judged = Row.from_json(shape)
+            goal = judged.rule
             if goal is None:
                 continue
             values: list[float] = []
@@ -41,7 +41,7 @@ def median_rows(rounds: Sequence[RoundRows]) -> list[tuple[str, str, str, str, s
             valid = True
             for round_rows in rounds:
                 rows = round_rows.get(run, ())
-                row = Row(**rows[index]) if index < len(rows) else None
+                row = Row.from_json(rows[index]) if index < len(rows) else None
                 if row is None or row.value is None:
                     cells.append("failed")
                     valid = False

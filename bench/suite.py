@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -121,10 +121,8 @@ class Row:
     goal: str = ""
     holds: str = "—"
     value: float | None = None
-    """The figure ``goal`` judges; ``None`` in a row that judges nothing."""
-    limit: float | None = None
-    at_most: bool = True
-    shown: str = "{:.2f}"
+    """The figure ``rule`` judges; ``None`` in a row that judges nothing."""
+    rule: Goal | None = None
     valid: bool = True
     """Whether the run met the conditions beside the figure (every job Succeeded, none submitted
     twice …): a row judged over several rounds holds only if every round's did."""
@@ -142,26 +140,14 @@ class Row:
         valid: bool = True,
     ) -> Row:
         """A row whose ``holds`` is ``goal`` met by ``value`` in a ``valid`` run."""
-        return cls(
-            case,
-            figure,
-            floor,
-            ratio,
-            goal.text,
-            verdict(valid and goal.met(value)),
-            value,
-            goal.limit,
-            goal.at_most,
-            goal.shown,
-            valid,
-        )
+        holds = verdict(valid and goal.met(value))
+        return cls(case, figure, floor, ratio, goal.text, holds, value, goal, valid)
 
-    @property
-    def goal_rule(self) -> Goal | None:
-        """The goal back from a row's fields (as it comes, in JSON, from a case's process)."""
-        if self.value is None or self.limit is None:
-            return None
-        return Goal(self.goal, self.limit, self.at_most, self.shown)
+    @classmethod
+    def from_json(cls, fields: Mapping[str, Any]) -> Row:
+        """A row as a case's process printed it (``dataclasses.asdict``: its rule a mapping)."""
+        rule = fields.get("rule")
+        return cls(**{**fields, "rule": None if rule is None else Goal(**rule)})
 
 
 def verdict(ok: bool) -> str:
