@@ -37,6 +37,7 @@ from typing import Any
 import coordinator
 from bench.rounds import RoundRows, median_table
 from bench.suite import CASES, DATABASE_CASES, Sizes
+from coordinator.lifecycle.tables import markdown_table
 
 ROW_MARK = "BENCH-ROW "
 HEADERS = ("case", "coordinator", "floor", "ratio", "goal", "holds")
@@ -109,11 +110,9 @@ def run_one(args: argparse.Namespace) -> int:
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    for row in rows:
-        cells = tuple(str(row.get(header, "—")) for header in ROW_FIELDS)
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown_table(
+        HEADERS, [[str(row.get(field, "—")) for field in ROW_FIELDS] for row in rows]
+    )
 
 
 def compile_package() -> None:

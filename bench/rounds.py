@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench.suite import Row, verdict
+from coordinator.lifecycle.tables import markdown_table
 
 HEADERS = ("case", "each round", "median", "goal", "holds")
 
@@ -67,6 +68,4 @@ def _judged_rows(rows: Sequence[Mapping[str, Any]]) -> int:
 
 
 def median_table(rounds: Sequence[RoundRows]) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in median_rows(rounds)]
-    return "\n".join(lines)
+    return markdown_table(HEADERS, median_rows(rounds))
