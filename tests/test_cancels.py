@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine, delete, event, update
 from coordinator.config.loader import CoordinatorConfig, load_config
 from coordinator.engine.embedded.faults import Fault
 from coordinator.lifecycle import JobStatus
-from coordinator.lifecycle.reactions import CANCELLED_AT_OUTCOME
+from coordinator.lifecycle.reactions import CANCELLED_BY_FENCE
 from coordinator.runtime import Runtime, cleanup_task_of
 from coordinator.service.ingest import submit_job
 from coordinator.service.submitter import CANCELLED_BEFORE_SUBMISSION
@@ -230,27 +230,64 @@ def test_cancel_job_is_safe_when_the_job_reaches_commit_ready_after_the_state_re
     assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
 
 
-def test_without_a_cleanup_task_a_started_job_is_never_sent_cancel_job_and_ends_killed_at_its_end(
+def test_without_a_cleanup_task_a_running_job_is_fenced_and_its_commit_refuses(
     rt: Runtime, two_objects: CoordinatorConfig
 ) -> None:
     """CLP's own graphs (no cleanup task): a started job may reach CommitReady between any state
-    read and CancelJob, where a real Spider shuts its storage down. Before, the coordinator sent
-    CancelJob to a Running job and the forced interleaving made it fatal; now a started job is
-    left to finish and the cancel wins at its outcome."""
+    read and CancelJob, where a real Spider shuts its storage down, so it is never sent CancelJob.
+    Before, the cancel waited for Spider's outcome (and with CLP's commit, which writes SUCCEEDED
+    itself, it was lost). Now the row is fenced at once: Running → Killed, after which the
+    commit, run when the job is CommitReady, refuses and publishes nothing."""
     config = two_objects
     job_id = submit_job(config, rt.engine, dataset=DATASET, timestamp_key="timestamp")
-    spider = _CommitReadyBeforeCancel(rt.spider)
+    embedded(rt).inject(Fault("hard_timeout", task="commit"))  # CommitReady until the retry
+    spider = _RefusalRecorder(rt.spider)
     coordinator = coordinator_with(rt, spider=spider, cleanup_task=False)
     tick_until(coordinator, lambda: _status(rt, job_id) is JobStatus.RUNNING)
     spider_id = _spider_id(rt, job_id)
+    assert wait_for(rt.spider, spider_id, JobState.COMMIT_READY) is JobState.COMMIT_READY
     assert request_cancel(rt.engine, job_id, rt.store.clock())
-    tick_until(coordinator, lambda: _ended(rt, job_id), timeout=30)
+    tick_until(coordinator, lambda: _ended(rt, job_id), timeout=20)
 
-    assert spider.cancelled_in == [] and spider.fatal == []
-    assert rt.spider.get_job_state(spider_id) is JobState.SUCCEEDED  # Spider ran it to its end
     row = job_row(rt, job_id)
-    assert (row.status, row.status_msg) == (JobStatus.KILLED, CANCELLED_AT_OUTCOME + WITHDRAWN)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, CANCELLED_BY_FENCE)
+    assert triggers(rt, job_id) == ["submitted", "fenced"]
+    assert spider.cancelled_in == [] and spider.fatal == []
+    # The commit's retry finds the row Killed and refuses: Spider fails the job, the row stays.
+    assert wait_for(rt.spider, spider_id, *TERMINAL, timeout=30) is JobState.FAILED
+    assert "refusing to commit" in rt.spider.get_job_error(spider_id)
+    coordinator.tick()
+    assert (job_row(rt, job_id).status, triggers(rt, job_id)) == (
+        JobStatus.KILLED,
+        ["submitted", "fenced"],
+    )
+    assert published(rt.engine, DATASET, spider_id) == []
+    assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
+
+
+def test_without_a_cleanup_task_a_committed_job_is_rolled_back_at_once(
+    rt: Runtime, two_objects: CoordinatorConfig
+) -> None:
+    """The coordinator's own commit made the row Committed while the coordinator still saw it
+    Running: the fence loses that race, and the same tick rolls the Committed job back (before
+    Spider's success could finalise it)."""
+    config = two_objects
+    job_id = submit_job(config, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+    spider = _RefusalRecorder(rt.spider)
+    coordinator = coordinator_with(rt, spider=spider, cleanup_task=False)
+    tick_until(coordinator, lambda: _status(rt, job_id) is not JobStatus.PENDING)
+    spider_id = _spider_id(rt, job_id)
+    # The coordinator is not ticked: Spider finishes, the commit publishes.
+    assert wait_for(rt.spider, spider_id, *TERMINAL) is JobState.SUCCEEDED
+    assert _status(rt, job_id) is JobStatus.COMMITTED
+    assert len(published(rt.engine, DATASET, spider_id)) == 2
+    assert request_cancel(rt.engine, job_id, rt.store.clock())
+    coordinator.tick()
+
+    row = job_row(rt, job_id)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, CANCELLED_BY_FENCE + WITHDRAWN)
     assert triggers(rt, job_id) == ["submitted", "committed", "rolled_back"]
+    assert spider.cancelled_in == [] and spider.fatal == []
     assert published(rt.engine, DATASET, spider_id) == []
     assert records(rt.engine, spider_id) == [] and archive_files(config, DATASET) == set()
 
@@ -259,7 +296,7 @@ def test_without_a_cleanup_task_a_recorded_job_spider_has_not_started_is_cancell
     rt: Runtime, two_objects: CoordinatorConfig
 ) -> None:
     """Ready is the one state only StartJob moves on: without a cleanup task, Spider cancels it
-    (→ Cancelled) and nothing races, so the job is not started first."""
+    (→ Cancelled) and nothing races, so the job is not started first; the row is fenced first."""
     job_id = submit_job(two_objects, rt.engine, dataset=DATASET, timestamp_key="timestamp")
     spider = _HeldStart(rt.spider)
     coordinator = coordinator_with(rt, spider=spider, cleanup_task=False)
@@ -271,7 +308,8 @@ def test_without_a_cleanup_task_a_recorded_job_spider_has_not_started_is_cancell
 
     assert spider.cancelled_in == [JobState.READY] and spider.fatal == []
     row = job_row(rt, job_id)
-    assert (row.status, row.status_msg) == (JobStatus.KILLED, SPIDER_CANCELLED)
+    assert (row.status, row.status_msg) == (JobStatus.KILLED, CANCELLED_BY_FENCE)
+    assert triggers(rt, job_id) == ["submitted", "fenced"]
     assert rt.spider.get_job_state(spider_id) is JobState.CANCELLED
 
 

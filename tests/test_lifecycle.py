@@ -47,6 +47,7 @@ def test_the_required_edges_exist_with_their_actors() -> None:
         ("finalised", "Committed", "Succeeded"): {Actor.COORDINATOR},
         ("rolled_back", "Committed", "Failed"): {Actor.COORDINATOR},
         ("rolled_back", "Committed", "Killed"): {Actor.COORDINATOR},
+        ("fenced", "Running", "Killed"): {Actor.COORDINATOR},
     }
 
 

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from coordinator.lifecycle import (
+    FENCING,
     GIVING_UP,
     PUBLISHED_STATUSES,
     REACTIONS,
@@ -16,6 +17,7 @@ from coordinator.lifecycle import (
     JobStatus,
     Outcome,
     Reaction,
+    Trigger,
     reaction_to,
 )
 from coordinator.lifecycle.reactions import NoReaction
@@ -40,11 +42,14 @@ def test_a_defective_table_is_reported_not_guessed(monkeypatch: pytest.MonkeyPat
 
 
 def _name(reaction: Reaction) -> str:
-    outcomes = "+".join(sorted(o.name for o in reaction.outcomes)) or "attempts"
+    fenced = reaction in FENCING.values()
+    outcomes = "+".join(sorted(o.name for o in reaction.outcomes)) or (
+        "cancel" if fenced else "attempts"
+    )
     return f"{outcomes}:{'+'.join(sorted(s.name for s in reaction.states))}"
 
 
-ALL_REACTIONS = [*REACTIONS, UNPUBLISHED, *GIVING_UP.values()]
+ALL_REACTIONS = [*REACTIONS, UNPUBLISHED, *GIVING_UP.values(), *FENCING.values()]
 
 
 def _moves(reaction: Reaction) -> list[tuple[JobStatus, JobStatus]]:
@@ -76,9 +81,17 @@ def test_a_terminal_row_is_never_overwritten() -> None:
 def test_spider_success_is_final_only_with_a_commit() -> None:
     assert reaction_to(Outcome.SUCCEEDED, JobStatus.COMMITTED).target is JobStatus.SUCCEEDED
     assert reaction_to(Outcome.SUCCEEDED, JobStatus.RUNNING).target is JobStatus.FAILED
-    # An operator's cancel left to the outcome wins even over Spider's success.
-    for state in (JobStatus.RUNNING, JobStatus.COMMITTED):
-        assert reaction_to(Outcome.CANCEL_HONOURED, state).target is JobStatus.KILLED
+
+
+def test_an_operators_cancel_without_a_cleanup_task_fences_every_started_state() -> None:
+    """CancelJob is never sent to a started job of such a graph, so the cancel ends it itself:
+    a Running row by the fence (after which every commit refuses), a Committed one by a rollback.
+    """
+    assert set(FENCING) == {JobStatus.RUNNING, JobStatus.COMMITTED}
+    assert FENCING[JobStatus.RUNNING].trigger is Trigger.FENCED
+    assert FENCING[JobStatus.COMMITTED].withdraws
+    for state, reaction in FENCING.items():
+        assert reaction.target is JobStatus.KILLED and state in reaction.states
 
 
 def test_the_generated_table_has_a_row_per_reaction() -> None:

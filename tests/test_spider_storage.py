@@ -48,7 +48,7 @@ from coordinator.engine.embedded.engine import EmbeddedSpider
 from coordinator.engine.embedded.faults import Fault
 from coordinator.engine.grpc_server import serve
 from coordinator.lifecycle import JobStatus
-from coordinator.lifecycle.reactions import CANCELLED_AT_OUTCOME, SPIDER_CANCELLED
+from coordinator.lifecycle.reactions import CANCELLED_BY_FENCE, SPIDER_CANCELLED
 from coordinator.runtime import open_runtime
 from coordinator.service.prepare import prepare
 from coordinator.service.resource_group import ResourceGroup
@@ -927,26 +927,25 @@ def test_a_coordinator_configured_for_spider_registers_starts_polls_and_cancels_
                 assert ready_tasks(worker, spider_id, "cleanup") == ["cleanup"]
                 worker.run(spider_id, "cleanup")
                 expected_state, message = JobState.CANCELLED, SPIDER_CANCELLED
+                expected_trigger = "killed"
             else:
                 # No CancelJob for a started job without a cleanup task: it could reach
-                # CommitReady meanwhile, where CancelJob shuts Spider down. Spider finishes it
-                # (the stand-in reports its tasks and commit), then the cancel wins: Killed.
-                for expected in (JobState.RUNNING, JobState.COMMIT_READY):
-                    for _ in range(5):
-                        coordinator.tick()
-                        time.sleep(0.03)
-                    assert spider.get_job_state(spider_id) is expected
-                    assert status() is JobStatus.RUNNING
-                    if expected is JobState.RUNNING:
-                        for index in ready_tasks(worker, spider_id):
-                            worker.run(spider_id, index, outputs=[compression_output("e2e")])
+                # CommitReady meanwhile, where CancelJob shuts Spider down. The row is fenced at
+                # once (Running → Killed: every commit now refuses), and Spider's own end of the
+                # job (the stand-in reports its tasks and commit) leaves the row alone.
+                tick_until(coordinator, lambda: status() is JobStatus.KILLED)
+                assert spider.get_job_state(spider_id) is JobState.RUNNING
+                for index in ready_tasks(worker, spider_id):
+                    worker.run(spider_id, index, outputs=[compression_output("e2e")])
                 assert ready_tasks(worker, spider_id, "commit") == ["commit"]
                 worker.run(spider_id, "commit")
-                expected_state, message = JobState.SUCCEEDED, CANCELLED_AT_OUTCOME
+                expected_state, message = JobState.SUCCEEDED, CANCELLED_BY_FENCE
+                expected_trigger = "fenced"
         tick_until(coordinator, lambda: status() is JobStatus.KILLED)
+        coordinator.tick()
         assert spider.get_job_state(spider_id) is expected_state
         assert job_row(runtime, job_id).status_msg == message
-        assert triggers(runtime, job_id) == ["submitted", "killed"]
+        assert triggers(runtime, job_id) == ["submitted", expected_trigger]
         assert storage.running
 
 

@@ -16,6 +16,7 @@ from coordinator.lifecycle.machine import (
     plan_transition,
 )
 from coordinator.lifecycle.reactions import (
+    FENCING,
     GIVING_UP,
     REACTIONS,
     UNPUBLISHED,
@@ -66,6 +67,7 @@ __all__ = [
     "EDGES",
     "ENDED_BADLY_STATUSES",
     "ENDED_BADLY_STATUS_VALUES",
+    "FENCING",
     "GIVING_UP",
     "IN_FLIGHT_STATUSES",
     "IN_FLIGHT_STATUS_VALUES",

@@ -48,6 +48,7 @@ class Trigger(StrEnum):
     KILLED = "killed"
     FINALISED = "finalised"
     ROLLED_BACK = "rolled_back"
+    FENCED = "fenced"
 
 
 class Actor(StrEnum):
@@ -194,9 +195,22 @@ EDGES: tuple[Edge, ...] = (
         _COORDINATOR,
         guards=_AFTER_SUBMISSION,
         records=(*_ENDS_BADLY, Record.DURATION),
+        why="Spider cancelled the job before any commit took effect.",
+    ),
+    _edge(
+        Trigger.FENCED,
+        JobStatus.RUNNING,
+        JobStatus.KILLED,
+        _COORDINATOR,
+        guards=_AFTER_SUBMISSION,
+        records=(*_ENDS_BADLY, Record.DURATION),
         why=(
-            "Spider cancelled the job before any commit took effect (or, for a graph without a "
-            "cleanup task, an operator's cancel is honoured when Spider finishes it)."
+            "An operator's cancel of a started job whose graph has no cleanup task (CLP's own "
+            "task package): Spider cannot be asked (CancelJob in CommitReady shuts its storage "
+            "down), so the row leaves Running instead. Every commit then refuses (CLP's "
+            "compression::commit selects the row FOR UPDATE and requires RUNNING; this "
+            "coordinator's requires Running too): nothing can be published, and Spider's later "
+            "outcome leaves the row as it is. A commit that won the race leaves the job Succeeded."
         ),
     ),
     _edge(
@@ -228,9 +242,9 @@ EDGES: tuple[Edge, ...] = (
         guards=_AFTER_SUBMISSION,
         records=_ENDS_BADLY,
         why=(
-            "Spider cancelled the job after the commit took effect (or an operator's cancel is "
-            "honoured when Spider finishes a graph without a cleanup task); its archives are "
-            "withdrawn in the same transaction."
+            "Spider cancelled the job after the commit took effect, or an operator cancelled it "
+            "then and its graph has no cleanup task; its archives are withdrawn in the same "
+            "transaction."
         ),
     ),
 )

@@ -35,10 +35,6 @@ class Outcome(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
-    CANCEL_HONOURED = "Succeeded, cancel requested"
-    """Spider Succeeded while an operator's cancel waited for the outcome: the graph has no
-    cleanup task, so a started job was never sent CancelJob (it could reach CommitReady between
-    the state read and the call, where CancelJob shuts a real Spider's storage down)."""
     UNKNOWN = "unknown"
     """Spider no longer knows the job (its storage was reset)."""
 
@@ -90,10 +86,10 @@ def _reaction(
 
 SPIDER_FAILED = "The Spider compression job failed: {error}"
 SPIDER_CANCELLED = "The Spider compression job was cancelled."
-CANCELLED_AT_OUTCOME = (
-    "Cancelled by an operator. Spider was left to finish the job, since its task graph has no "
-    "cleanup task (cancelling it while it commits would shut Spider's storage down), and nothing "
-    "it produced is kept."
+CANCELLED_BY_FENCE = (
+    "Cancelled by an operator: the job was fenced off instead of being cancelled in Spider, whose "
+    "task graph has no cleanup task (cancelling it while it commits would shut Spider's storage "
+    "down); no commit can publish it now, and Spider's own outcome is left to it."
 )
 WITHDRAWN = " The published archives were withdrawn."
 
@@ -132,21 +128,6 @@ REACTIONS: tuple[Reaction, ...] = (
         Trigger.ROLLED_BACK,
         JobStatus.KILLED,
         SPIDER_CANCELLED + WITHDRAWN,
-        withdraws=True,
-    ),
-    _reaction(
-        (Outcome.CANCEL_HONOURED,),
-        _RUNNING,
-        Trigger.KILLED,
-        JobStatus.KILLED,
-        CANCELLED_AT_OUTCOME,
-    ),
-    _reaction(
-        (Outcome.CANCEL_HONOURED,),
-        _COMMITTED,
-        Trigger.ROLLED_BACK,
-        JobStatus.KILLED,
-        CANCELLED_AT_OUTCOME + WITHDRAWN,
         withdraws=True,
     ),
     _reaction(
@@ -208,6 +189,26 @@ GIVING_UP: dict[JobStatus, Reaction] = {
 }
 """How a job whose attempts ran out (an error that would repeat, not an outage) ends, by state: a
 Running job's Spider job is cancelled first; a terminal job is left as it is."""
+
+
+FENCING: dict[JobStatus, Reaction] = {
+    JobStatus.RUNNING: _reaction(
+        (), _RUNNING, Trigger.FENCED, JobStatus.KILLED, CANCELLED_BY_FENCE
+    ),
+    JobStatus.COMMITTED: _reaction(
+        (),
+        _COMMITTED,
+        Trigger.ROLLED_BACK,
+        JobStatus.KILLED,
+        CANCELLED_BY_FENCE + WITHDRAWN,
+        withdraws=True,
+    ),
+}
+"""How an operator's cancel ends a started job whose task graph has no cleanup task, by state,
+at once (``coordinator.service.cancels``): Spider is not sent CancelJob, which could reach the job
+in CommitReady. A Running job is fenced (its row leaves Running, so every commit refuses); a
+Committed one is rolled back (its commit has published: the archives are withdrawn). Spider then
+finishes the job on its own; its outcome finds the row terminal and leaves it alone."""
 
 
 class NoReaction(LookupError):

@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coordinator.lifecycle.machine import EDGES, Edge
-from coordinator.lifecycle.reactions import GIVING_UP, REACTIONS, UNPUBLISHED, Outcome, Reaction
+from coordinator.lifecycle.reactions import (
+    FENCING,
+    GIVING_UP,
+    REACTIONS,
+    UNPUBLISHED,
+    Outcome,
+    Reaction,
+)
 from coordinator.lifecycle.status import LIFECYCLE_ORDER, JobStatus
 from coordinator.lifecycle.storage import STORED_FORMS
 
@@ -54,6 +61,13 @@ def giving_up_rows() -> list[tuple[str, ...]]:
 
 
 GIVING_UP_HEADERS = ("row", "move", "status_msg")
+
+
+def fencing_rows() -> list[tuple[str, ...]]:
+    """One row per state an operator's cancel fences off (graphs without a cleanup task)."""
+    return [
+        (state.label, _move(reaction), _message(reaction)) for state, reaction in FENCING.items()
+    ]
 
 
 def stored_rows() -> list[tuple[str, ...]]:
@@ -113,6 +127,17 @@ def lifecycle_markdown(mermaid: str) -> str:
             "cancelled first, a terminal job is left as it is.",
             "",
             markdown_table(GIVING_UP_HEADERS, giving_up_rows()),
+            "",
+            "## An operator's cancel",
+            "",
+            "A Pending job is killed (`cancelled`). A started job whose task graph has a cleanup "
+            "task (the embedded engine's) is cancelled in Spider, and Spider's Cancelled outcome "
+            "ends it (above). One whose graph has none (CLP's own task package on a Spider "
+            "cluster) is never sent CancelJob, which could reach it in CommitReady and shut "
+            "Spider's storage down; it is ended at once (`FENCING`), and a commit that won the "
+            "race leaves it Succeeded:",
+            "",
+            markdown_table(GIVING_UP_HEADERS, fencing_rows()),
             "",
             "## How each state is stored",
             "",

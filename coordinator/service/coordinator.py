@@ -183,11 +183,11 @@ class Coordinator:
             owns_undecodable_jobs=owns_undecodable_jobs,
             leaves_job=leaves_job,
         )
-        self.cancels = CancelServer(self.loop)
         self.submitter = Submitter(
             self.loop, resource_group=self.resource_group, attempt_failed=self._attempt_failed
         )
         self.outcomes = OutcomeHandler(self.loop, archive_output=archive_output)
+        self.cancels = CancelServer(self.loop, clean_up=self.outcomes.clean_up)
         self._advancing: ThreadPoolExecutor | None = None
         """The pool that polls in-flight jobs; made by the first tick that needs it, shut down
         when ``run`` returns (its threads would otherwise idle until the process ends)."""

@@ -232,8 +232,11 @@ class Loop:
         if target.is_terminal or not isinstance(result, Applied):
             self.driven.pop(job.job_id, None)
 
-    def react(self, job: DrivenJob, reaction: Reaction, **fields: object) -> None:
-        """Take ``reaction``'s move from the job's state, with its message's ``fields``.
+    def react(
+        self, job: DrivenJob, reaction: Reaction, **fields: object
+    ) -> TransitionResult | None:
+        """Take ``reaction``'s move from the job's state, with its message's ``fields``; the
+        move's result (``None`` for no move or a move on evidence).
 
         A withdrawing move deletes the published archive rows in its own transaction; a move on
         evidence is taken only when the job's archives are found published in its transaction,
@@ -242,14 +245,13 @@ class Loop:
         """
         if reaction.trigger is None or reaction.target is None:
             self.driven.pop(job.job_id, None)
-            return
+            return None
         message = reaction.status_msg(spider_id=job.spider_id, **fields)
         if reaction.on_evidence:
             self.finalise_or_unpublish([(job, reaction)])
-            return
+            return None
         if not reaction.withdraws:
-            self.move(job, reaction.trigger, reaction.target, message)
-            return
+            return self.move(job, reaction.trigger, reaction.target, message)
         withdrawn: list[int] = []
         result = self.move(
             job, reaction.trigger, reaction.target, message, self._withdraw(job, withdrawn)
@@ -257,6 +259,7 @@ class Loop:
         if isinstance(result, Applied):
             metrics.ROLLBACKS.labels(reaction.target.name.lower()).inc()
             metrics.ARCHIVES_WITHDRAWN.labels("rollback").inc(sum(withdrawn))
+        return result
 
     @staticmethod
     def _withdraw(job: DrivenJob, counts: list[int]) -> Effects:

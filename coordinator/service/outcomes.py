@@ -23,7 +23,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from coordinator.archive_storage import ArchiveOutputSettings
 from coordinator.lifecycle import (
     GIVING_UP,
-    IN_FLIGHT_STATUSES,
     JobStatus,
     Outcome,
     Reaction,
@@ -47,7 +46,6 @@ from coordinator.spider.port import (
     cancel_if_safe,
     start_if_ready,
 )
-from coordinator.store import leases
 from coordinator.store.database import is_transient
 
 _log = logging.getLogger(LOOP_LOGGER)
@@ -142,7 +140,7 @@ class OutcomeHandler:
                 self.loop.driven.pop(job.job_id, None)
                 continue
             job.status = current
-            outcome = self._outcome(job, item.state)
+            outcome = self._outcome(item.state)
             reaction = reaction_to(outcome, current)
             if reaction.on_evidence:
                 finalising.append((job, reaction))
@@ -156,21 +154,9 @@ class OutcomeHandler:
         for item in ended:
             self.clean_up(item.job)
 
-    def _outcome(self, job: DrivenJob, state: JobState | None) -> Outcome:
-        if state is None:
-            return Outcome.UNKNOWN
-        if state is JobState.SUCCEEDED and self._cancel_left_to_the_outcome(job):
-            return Outcome.CANCEL_HONOURED
-        return _OUTCOMES[state]
-
-    def _cancel_left_to_the_outcome(self, job: DrivenJob) -> bool:
-        """Whether an operator's cancel waits for Spider's outcome: the graph has no cleanup task,
-        so a started job was never sent CancelJob (``cancel_if_safe``) and ran to its end."""
-        if job.status not in IN_FLIGHT_STATUSES:
-            return False
-        return not self.loop.cleanup_task and bool(
-            leases.cancel_requests(self.loop.engine, [job.job_id])
-        )
+    @staticmethod
+    def _outcome(state: JobState | None) -> Outcome:
+        return Outcome.UNKNOWN if state is None else _OUTCOMES[state]
 
     def _spider_error(self, job: DrivenJob) -> str:
         assert job.spider_id is not None
