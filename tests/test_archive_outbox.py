@@ -30,6 +30,7 @@ from coordinator.engine.tasks.compress import clp_s_s3_compress
 from coordinator.engine.tasks.context import TaskContext, TaskError, WorkerSettings
 from coordinator.lifecycle import Actor, JobStatus
 from coordinator.service.cleanup import (
+    ReconciliationLog,
     log_reconciliation,
     reconcile_archive_storage,
     settle_archives,
@@ -375,6 +376,34 @@ def test_reconciliation_lists_the_s3_prefix(
     assert (found.listed, found.recorded) == (2, 1)
     assert found.unrecorded == [f"s3://{bucket}/{stray}"]
     assert [r.state for r in _records(migrated_engine, job_id)] == ["stored"]
+
+
+def test_a_storage_the_reconciliation_cannot_list_is_reported_once_in_one_line(
+    migrated_engine: Engine, s3_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An archive bucket the coordinator cannot list (here: one that does not exist; in the field,
+    one it has no credentials for) was logged as an ERROR with a traceback at every hourly run."""
+    output = S3ArchiveOutput(
+        bucket=f"missing-{uuid.uuid4().hex[:8]}",
+        key_prefix="clp/archives",
+        endpoint_url=s3_endpoint,
+        aws_authentication=INPUT_CREDENTIALS,
+    )
+    reconciliation = ReconciliationLog()
+    with caplog.at_level(logging.DEBUG, logger="coordinator.service.cleanup"):
+        assert reconciliation.run(migrated_engine, output) is None
+        assert reconciliation.run(migrated_engine, output) is None
+    first, second = [r for r in caplog.records if r.name == "coordinator.service.cleanup"]
+    assert (first.levelno, second.levelno) == (logging.WARNING, logging.DEBUG)
+    message = first.getMessage()
+    assert message.startswith(
+        f"cannot reconcile the archive storage with the archive records: cannot list the "
+        f"archives of s3://{output.bucket}/clp/archives/: "
+    )
+    assert message.endswith(
+        "give the coordinator list access to it for orphan reports (nothing else needs it)"
+    )
+    assert "\n" not in message and first.exc_info is None and second.getMessage() == message
 
 
 # --- migration 0007 ----------------------------------------------------------------------------

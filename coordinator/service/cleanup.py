@@ -50,9 +50,14 @@ from datetime import datetime
 from pathlib import PurePosixPath
 
 from sqlalchemy import Connection, Engine, and_, inspect, or_, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator import metrics
-from coordinator.archive_storage import ArchiveOutputSettings, FsArchiveOutput
+from coordinator.archive_storage import (
+    ArchiveOutputSettings,
+    ArchiveStorageError,
+    FsArchiveOutput,
+)
 from coordinator.archive_storage.storage import (
     TEMPORARY_SUFFIX,
     archive_exists,
@@ -393,18 +398,55 @@ def reconcile_archive_storage(engine: Engine, output: ArchiveOutputSettings) -> 
     )
 
 
-def log_reconciliation(engine: Engine, output: ArchiveOutputSettings) -> Reconciliation | None:
-    """``reconcile_archive_storage``, summarised in one log line (a warning when it found any).
+class ReconciliationLog:
+    """Runs ``reconcile_archive_storage`` and logs each run in one line, never a traceback.
 
-    A failure is logged, never raised: the service carries on.
+    A storage it cannot list (an S3 bucket the coordinator has no credentials or no list permission
+    for, a directory it cannot read) is reported once, as a warning naming why and what to do; the
+    same problem again is logged at debug level only, until a run lists the storage again. The
+    reconciliation only reports, so nothing waits on it.
     """
-    try:
-        found = reconcile_archive_storage(engine, output)
-    except Exception:
-        _log.exception("cannot reconcile the archive storage with the archive records")
-        return None
-    _log.log(logging.WARNING if found.unrecorded else logging.INFO, "%s", found.summary())
-    return found
+
+    def __init__(self) -> None:
+        self._reported: str | None = None
+
+    def run(self, engine: Engine, output: ArchiveOutputSettings) -> Reconciliation | None:
+        """One reconciliation, logged; ``None`` when it could not be made. Raises nothing."""
+        try:
+            found = reconcile_archive_storage(engine, output)
+        except (OSError, ArchiveStorageError) as error:
+            self._report(
+                f"cannot reconcile the archive storage with the archive records: {error}; give "
+                "the coordinator list access to it for orphan reports (nothing else needs it)"
+            )
+            return None
+        except SQLAlchemyError as error:
+            self._report(
+                "cannot reconcile the archive storage with the archive records: the database "
+                f"failed ({type(error).__name__}); it is tried again in an hour"
+            )
+            return None
+        except Exception as error:
+            _log.error(
+                "cannot reconcile the archive storage with the archive records: unexpected %s "
+                "(a bug: please report it, with the traceback --log-level debug shows)",
+                type(error).__name__,
+                exc_info=_log.isEnabledFor(logging.DEBUG),
+            )
+            return None
+        self._reported = None
+        _log.log(logging.WARNING if found.unrecorded else logging.INFO, "%s", found.summary())
+        return found
+
+    def _report(self, problem: str) -> None:
+        level = logging.DEBUG if problem == self._reported else logging.WARNING
+        _log.log(level, "%s", problem)
+        self._reported = problem
+
+
+def log_reconciliation(engine: Engine, output: ArchiveOutputSettings) -> Reconciliation | None:
+    """One ``ReconciliationLog`` run (its problems reported every time)."""
+    return ReconciliationLog().run(engine, output)
 
 
 def _recorded(location: str, known: set[str]) -> bool:

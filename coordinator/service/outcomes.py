@@ -31,8 +31,8 @@ from coordinator.lifecycle import (
 from coordinator.service import crashpoints
 from coordinator.service.cleanup import (
     RECONCILE_INTERVAL_SECS,
+    ReconciliationLog,
     finish_settlement,
-    log_reconciliation,
     settle_archives,
     settle_unattributed_archives,
     terminal_jobs_with_stored_archives,
@@ -83,6 +83,7 @@ class OutcomeHandler:
         self._next_sweep = 0.0
         self._next_reconcile: float | None = None
         self._reconciler: threading.Thread | None = None
+        self._reconciliation_log = ReconciliationLog()
 
     def poll(self, job: DrivenJob) -> Ended | None:
         """Poll one in-flight job; Spider's final word when it has one (``conclude`` it next).
@@ -238,7 +239,7 @@ class OutcomeHandler:
             return
         self._next_reconcile = now + RECONCILE_INTERVAL_SECS
         self._reconciler = threading.Thread(
-            target=log_reconciliation,
+            target=self._reconciliation_log.run,
             args=(self.loop.engine, self.archive_output),
             name="archive reconciliation",
             daemon=True,
