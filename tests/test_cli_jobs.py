@@ -14,6 +14,7 @@ from sqlalchemy import update
 from coordinator.cli import jobs as job_commands
 from coordinator.cli.jobs import (
     InvalidFilter,
+    cancel_note,
     format_job,
     format_jobs,
     list_jobs,
@@ -176,6 +177,7 @@ def test_every_row_names_its_dataset(store: JobStore) -> None:
         "num_tasks",
         "creation_time",
         "status_msg",
+        "cancel",
     }
     # --json prints every row as it is.
     assert json.loads(json.dumps(rows)) == rows
@@ -461,6 +463,7 @@ def test_a_job_document_prints_its_archives_and_what_is_known() -> None:
         "uncompressed_size": 10_000,
         "compressed_size": 900,
         "cancel_requested": True,
+        "cancel": cancel_note("Committed", requested=True),
         "history": [],
         "archives": [
             {
@@ -478,7 +481,39 @@ def test_a_job_document_prints_its_archives_and_what_is_known() -> None:
         "  dataset default, 1 task(s), 10,000 B -> 900 B",
         "  created 2024-05-01T12:00:00.000Z, started 2024-05-01T12:00:01.000Z, "
         "committed 2024-05-01T12:00:05.000Z",
-        "  an operator asked for it to be cancelled",
+        "  cancel requested: the coordinator driving it acts on it",
         "Archives:",
         "  a1  900 B (from 10,000 B)",
     ]
+    unknown = {**document, "archives": [], "archives_unknown": "Spider cannot list job 12"}
+    assert format_job(unknown)[-1] == "Archives: unknown (Spider cannot list job 12)"
+
+
+@pytest.mark.parametrize(
+    ("status", "note"),
+    [
+        (
+            "Succeeded",
+            "the cancel came after the commit had published it: Succeeded",
+        ),
+        ("Failed", "the cancel came after the job had failed"),
+        ("Killed", "cancelled by an operator"),
+        ("Running", "cancel requested: the coordinator driving it acts on it"),
+    ],
+)
+def test_what_became_of_a_cancel_is_said_plainly(status: str, note: str) -> None:
+    """CLP's commit writes SUCCEEDED itself: a cancel that came after it leaves the job
+    Succeeded, which ``show`` and ``jobs`` say rather than a bare 'cancel requested'."""
+    assert cancel_note(status, requested=True) == note
+    assert cancel_note(status, requested=False) is None
+    row = {
+        "id": 3,
+        "status": status,
+        "spider_id": 4,
+        "num_tasks": 1,
+        "creation_time": "2024-05-01T12:00:00.000Z",
+        "dataset": "default",
+        "status_msg": "",
+        "cancel": cancel_note(status, requested=True),
+    }
+    assert format_jobs([row])[1].endswith(note)

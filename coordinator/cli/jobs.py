@@ -3,16 +3,25 @@
 
 ``jobs --json`` is a list of row documents, newest first::
 
-    [{"id", "status", "spider_id", "dataset", "num_tasks", "creation_time", "status_msg"}]
+    [{"id", "status", "spider_id", "dataset", "num_tasks", "creation_time", "status_msg",
+      "cancel"}]
 
 ``show --json`` is a stable document::
 
     {"id", "status", "status_code", "committed_at", "spider_id", "status_msg", "dataset",
      "num_tasks", "creation_time", "start_time", "duration", "uncompressed_size",
-     "compressed_size", "cancel_requested": bool,
+     "compressed_size", "cancel_requested": bool, "cancel",
      "history": [{"from", "to", "trigger", "actor", "actor_id", "reason", "at"}],
      "archives": [{"id", "size", "uncompressed_size", "begin_timestamp", "end_timestamp",
-                   "location"}]}
+                   "location"}],
+     "archives_unknown"}
+
+``cancel`` is ``null`` without an operator's cancel request, else one line saying what became of
+it (``cancel_note``): a cancel that came after the commit leaves the job Succeeded, and says so.
+``archives`` lists what the job published: the archives this coordinator's compress tasks recorded,
+or, for a Succeeded job whose archives CLP's own commit published (CLP's task package on a Spider
+cluster), those Spider's outputs name (``coordinator.service.clp_published``);
+``archives_unknown`` is ``null``, or why the latter could not be listed.
 
 Statuses are the lifecycle's names (``Pending`` … ``Committed``); times are ISO 8601 UTC.
 ``dataset`` is ``null`` when the job's config cannot be decoded (or names an invalid dataset).
@@ -26,7 +35,8 @@ here). A mistyped filter raises ``InvalidFilter``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +52,7 @@ from coordinator.cli.job_filters import (
     parse_statuses,
 )
 from coordinator.lifecycle import JobStatus, describe_status, describe_stored
+from coordinator.service.clp_published import ArchivesUnknown, ClpPublished
 from coordinator.service.prepare import known_dataset_of
 from coordinator.store.archives import published_archives_of_job
 from coordinator.store.database import reading
@@ -124,6 +135,7 @@ def list_jobs(
         _jobs.c.creation_time,
         _jobs.c.status_msg,
         _jobs.c.clp_config,
+        _jobs.c.cancel_requested_at,
     ).order_by(_jobs.c.id.desc())
     documents: list[dict[str, Any]] = []
     before: int | None = None
@@ -152,15 +164,35 @@ def list_jobs(
 
 
 def _row_document(row: Row[Any]) -> dict[str, Any]:
+    status = describe_stored(row.status, row.committed_at)
     return {
         "id": row.id,
-        "status": describe_stored(row.status, row.committed_at),
+        "status": status,
         "spider_id": row.spider_id,
         "dataset": known_dataset_of(row.clp_config),
         "num_tasks": row.num_tasks,
         "creation_time": _time(row.creation_time),
         "status_msg": row.status_msg,
+        "cancel": cancel_note(status, requested=row.cancel_requested_at is not None),
     }
+
+
+def cancel_note(status: str, *, requested: bool) -> str | None:
+    """What became of an operator's cancel request, in one line (``None``: no request).
+
+    A job Succeeded or Failed despite the request ended before the cancel took effect: with CLP's
+    own commit task, the commit publishes and writes SUCCEEDED in one transaction, and a cancel
+    that comes after it has nothing left to withdraw (``coordinator.lifecycle.FENCING``).
+    """
+    if not requested:
+        return None
+    if status == JobStatus.SUCCEEDED.label:
+        return "the cancel came after the commit had published it: Succeeded"
+    if status == JobStatus.FAILED.label:
+        return "the cancel came after the job had failed"
+    if status == JobStatus.KILLED.label:
+        return "cancelled by an operator"
+    return "cancel requested: the coordinator driving it acts on it"
 
 
 _MESSAGE_WIDTH = 60
@@ -179,7 +211,7 @@ def format_jobs(rows: Sequence[dict[str, Any]], *, filtered: bool = False) -> li
             str(row["num_tasks"]),
             row["creation_time"] or "",
             row["dataset"] or "unknown",
-            _one_line(row["status_msg"] or ""),
+            _one_line(row["status_msg"] or row["cancel"] or ""),
         )
         for row in rows
     ]
@@ -208,16 +240,35 @@ def _one_line(message: str) -> str:
 # --- show --------------------------------------------------------------------------------------
 
 
-def show_job(store: JobStore, job_id: int) -> dict[str, Any]:
-    """The ``show`` document of the job; raises ``NoSuchJob``."""
+SpiderArchives = Callable[[int, str], list[ClpPublished]]
+"""``clp_published_archives`` bound to a Spider and an archive output: (Spider job id, dataset)."""
+
+
+def show_job(
+    store: JobStore, job_id: int, *, spider_archives: SpiderArchives | None = None
+) -> dict[str, Any]:
+    """The ``show`` document of the job; raises ``NoSuchJob``.
+
+    ``spider_archives`` lists the archives of a Succeeded job that has no archive records of this
+    coordinator (CLP's own commit published them); without it, such a job lists none.
+    """
     job = store.get(job_id)
     if job is None:
         raise NoSuchJob(f"no compression job {job_id}")
     # None when the config does not decode (or names an invalid dataset): shown, never fatal.
     dataset = known_dataset_of(job.clp_config)
+    status = describe_stored(job.status, job.committed_at)
+    archives = _published_archives(store.engine, job.id, job.spider_id)
+    unknown: str | None = None
+    succeeded = status == JobStatus.SUCCEEDED.label
+    if not archives and succeeded and spider_archives and job.spider_id and dataset:
+        try:
+            archives = [asdict(archive) for archive in spider_archives(job.spider_id, dataset)]
+        except ArchivesUnknown as error:
+            unknown = str(error)
     return {
         "id": job.id,
-        "status": describe_stored(job.status, job.committed_at),
+        "status": status,
         "status_code": job.status,
         "committed_at": _time(job.committed_at),
         "spider_id": job.spider_id,
@@ -230,6 +281,7 @@ def show_job(store: JobStore, job_id: int) -> dict[str, Any]:
         "uncompressed_size": job.uncompressed_size,
         "compressed_size": job.compressed_size,
         "cancel_requested": job.cancel_requested_at is not None,
+        "cancel": cancel_note(status, requested=job.cancel_requested_at is not None),
         "history": [
             {
                 "from": describe_status(entry.from_status),
@@ -242,7 +294,8 @@ def show_job(store: JobStore, job_id: int) -> dict[str, Any]:
             }
             for entry in store.history(job_id)
         ],
-        "archives": _published_archives(store.engine, job.id, job.spider_id),
+        "archives": archives,
+        "archives_unknown": unknown,
     }
 
 
@@ -268,14 +321,16 @@ def format_job(document: dict[str, Any]) -> list[str]:
         times.append(f"took {document['duration']:.3f} s")
     if times:
         lines.append("  " + ", ".join(times))
-    if document["cancel_requested"]:
-        lines.append("  an operator asked for it to be cancelled")
+    if document["cancel"]:
+        lines.append(f"  {document['cancel']}")
     if document["history"]:
         lines.append("History:")
         lines += [f"  {_history_line(entry)}" for entry in document["history"]]
     if document["archives"]:
         lines.append("Archives:")
         lines += [f"  {_archive_line(archive)}" for archive in document["archives"]]
+    elif document["archives_unknown"]:
+        lines.append(f"Archives: unknown ({document['archives_unknown']})")
     return lines
 
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Engine
 
+    from coordinator.cli.jobs import SpiderArchives
     from coordinator.config.loader import CoordinatorConfig
     from coordinator.engine.grpc_server import SpiderServer
 
@@ -619,14 +620,33 @@ def _show(args: argparse.Namespace) -> int:
     from coordinator.store.jobs import JobStore
 
     config = _reading(args)
-    with _existing_database(config) as engine:
-        document = job_commands.show_job(JobStore(engine), args.job)
+    with _existing_database(config) as engine, _spider_archives(config, engine) as archives:
+        document = job_commands.show_job(JobStore(engine), args.job, spider_archives=archives)
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
     for line in job_commands.format_job(document):
         print(line)
     return 0
+
+
+@contextmanager
+def _spider_archives(config: CoordinatorConfig, engine: Engine) -> Iterator[SpiderArchives | None]:
+    """For a Spider cluster, how ``show`` lists the archives CLP's own commit published (Spider's
+    outputs name them); ``None`` with the embedded engine, whose commit is this coordinator's."""
+    if config.engine != "spider":
+        yield None
+        return
+    from functools import partial
+
+    from coordinator.config.clp import Spider
+    from coordinator.runtime import archive_output_of
+    from coordinator.service.clp_published import clp_published_archives
+    from coordinator.spider.grpc.client import GrpcSpider
+
+    endpoint = config.clp.spider or Spider()
+    with GrpcSpider(endpoint.host, endpoint.port) as spider:
+        yield partial(clp_published_archives, engine, spider, archive_output_of(config))
 
 
 def _cancel(args: argparse.Namespace) -> int:
