@@ -17,6 +17,7 @@ from coordinator.lifecycle import (
     machine,
     plan_transition,
 )
+from coordinator.lifecycle.footings import ABSENCES, Footing, footing_rows, occurrence
 
 TRIGGERS = sorted({edge.trigger for edge in EDGES} | {"succeeded", "resumed"})
 LEGAL = {(e.trigger, e.source, e.dest, actor): e for e in EDGES for actor in e.actors}
@@ -112,3 +113,17 @@ def test_every_edge_is_justified_and_the_absent_ones_are_explained() -> None:
     for edge in EDGES:
         assert len(edge.why) > 40, edge  # the why is the edge's documentation (docs/lifecycle.md)
     assert "Running -> Succeeded" in doc  # the deliberately absent legacy edge is explained
+
+
+def test_every_edge_a_footing_lacks_is_an_edge_of_the_machine() -> None:
+    """``coordinator.lifecycle.footings`` names edges by trigger and states: a renamed or removed
+    edge must not leave a stale absence behind (docs/lifecycle.md is generated from both)."""
+    defined = {(edge.trigger, edge.source, edge.dest) for edge in EDGES}
+    for absence in ABSENCES:
+        assert absence.edges <= defined, absence.footing
+    # CLP's commit writes SUCCEEDED itself: nothing enters or leaves Committed there.
+    clp = [edge for edge in EDGES if occurrence(edge, Footing.CLP) == "yes"]
+    assert all(JobStatus.COMMITTED not in (edge.source, edge.dest) for edge in clp)
+    assert [row[:2] for row in footing_rows() if row[2] != "yes"] == [
+        ("fenced", "Running → Killed")
+    ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from coordinator.lifecycle.footings import ABSENCES, FOOTING_HEADERS, footing_rows
 from coordinator.lifecycle.machine import EDGES, Edge
 from coordinator.lifecycle.reactions import (
     FENCING,
@@ -138,6 +139,17 @@ def lifecycle_markdown(mermaid: str) -> str:
             "race leaves it Succeeded:",
             "",
             markdown_table(GIVING_UP_HEADERS, fencing_rows()),
+            "",
+            "## Which edges occur on which footing",
+            "",
+            "The machine is one for every footing; what runs the tasks decides which edges a job "
+            "can take (`coordinator/lifecycle/footings.py`). A Spider cluster running this "
+            "coordinator's package is `coordinator spider serve`; CLP's package is "
+            "`clp-tdl-package`, whose commit task writes SUCCEEDED itself.",
+            "",
+            markdown_table(FOOTING_HEADERS, footing_rows()),
+            "",
+            *(f"* {absence.footing.value}: {absence.why}." for absence in ABSENCES),
             "",
             "## How each state is stored",
             "",
