@@ -358,3 +358,10 @@ def _warn_about_upstream_requirements(config: CoordinatorConfig) -> None:
             "package needs both (`coordinator spider serve` runs this coordinator's package, "
             "which does not)"
         )
+    if config.extras.cleanup_task:
+        _log.warning(
+            "coordinator.cleanup_task is true: the cluster's workers must run this coordinator's "
+            "task package (`coordinator spider serve`); CLP's own package has no "
+            "compression::cleanup, so every cancel of a started job would end it Failed "
+            "(TaskNotFound): unset it for CLP's package"
+        )

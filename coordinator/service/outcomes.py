@@ -13,6 +13,7 @@ storage is reconciled on a thread of its own.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +52,13 @@ from coordinator.store.database import is_transient
 _log = logging.getLogger(LOOP_LOGGER)
 
 SWEEP_INTERVAL_SECS = 60.0
+MISSING_CLEANUP_TASK = re.compile(r"TaskNotFound.*compression::cleanup", re.DOTALL)
+"""Spider's error when the workers' task package has no ``compression::cleanup`` (CLP's own)."""
+MISSING_CLEANUP_HINT = (
+    ". The Spider workers have no compression::cleanup task (CLP's own task package runs there): "
+    "unset coordinator.cleanup_task, which is for workers running this coordinator's package "
+    "(`coordinator spider serve`)"
+)
 
 
 @dataclass(frozen=True)
@@ -162,9 +170,12 @@ class OutcomeHandler:
     def _spider_error(self, job: DrivenJob) -> str:
         assert job.spider_id is not None
         try:
-            return self.loop.spider.get_job_error(job.spider_id)
-        except SpiderError as error:
-            return f"<failed to fetch job error: {error}>"
+            error = self.loop.spider.get_job_error(job.spider_id)
+        except SpiderError as failure:
+            return f"<failed to fetch job error: {failure}>"
+        if self.loop.cleanup_task and MISSING_CLEANUP_TASK.search(error):
+            return error + MISSING_CLEANUP_HINT
+        return error
 
     def give_up(self, job: DrivenJob, message_fields: dict[str, object]) -> None:
         """End ``job`` Failed from whatever state it is in (``GIVING_UP``); a Running job's
