@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coordinator.lifecycle.footings import ABSENCES, FOOTING_HEADERS, footing_rows
-from coordinator.lifecycle.machine import EDGES, Edge
+from coordinator.lifecycle.machine import EDGES, Edge, Trigger
 from coordinator.lifecycle.reactions import (
     FENCING,
     GIVING_UP,
@@ -172,10 +172,15 @@ def reaction_labels() -> dict[Edge, str]:
             if edge is not None:
                 names = outcomes.setdefault(edge, [])
                 names.extend(o.value for o in Outcome if o in reaction.outcomes)
-    return {
+    fenced = {reaction.edge(state) for state, reaction in FENCING.items()}
+    labels = {
         edge: f"{edge.label} on Spider {' / '.join(dict.fromkeys(names))}"
         for edge, names in outcomes.items()
     }
+    for edge in labels:
+        if edge in fenced and edge.trigger is not Trigger.FENCED:
+            labels[edge] += " or an operator's cancel (no cleanup task)"
+    return labels
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
