@@ -27,12 +27,23 @@ from coordinator.config.locations import DATA_DIR_ENV, DATABASE_URL_ENV
 from coordinator.store import migrate
 from coordinator.store.database import create_database_engine
 from coordinator.store.jobs import JobStore
+from tests.spider_cluster import REQUIRE_ENV as REQUIRE_CLUSTER_ENV
+from tests.spider_cluster import ClusterRun, require_cluster, running_cluster_run
 from tests.spider_storage import SpiderStorage, running_spider_storage
 
 MARIADB_URL_ENV = "COORDINATOR_TEST_MARIADB_URL"
 REQUIRE_MARIADB_ENV = "COORDINATOR_TEST_REQUIRE_MARIADB"
-MARIADB_FIXTURES = frozenset({"mariadb_url", "spider_storage", "throwaway_spider_storage"})
-"""Fixtures that need the MariaDB server (directly or through Spider's storage service)."""
+MARIADB_FIXTURES = frozenset(
+    {
+        "mariadb_url",
+        "spider_storage",
+        "throwaway_spider_storage",
+        "spider_cluster",
+        "shared_spider_cluster",
+    }
+)
+"""Fixtures that need the MariaDB server (directly or through Spider's storage service or a whole
+Spider cluster)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -129,3 +140,39 @@ def throwaway_spider_storage(tmp_path: Path) -> Iterator[SpiderStorage]:
     """A storage service of the test's own (fresh database), which the test may shut down."""
     with running_spider_storage(mariadb_server_url(), tmp_path / "spider-storage") as storage:
         yield storage
+
+
+def cluster_server_url() -> str:
+    """The test server's URL for a Spider cluster: skips (or fails, when CI requires the cluster
+    or MariaDB) where the cluster's binaries cannot run or there is no server."""
+    require_cluster()
+    if not os.environ.get(MARIADB_URL_ENV) and os.environ.get(REQUIRE_CLUSTER_ENV) == "1":
+        pytest.fail(f"the real Spider cluster is required but ${MARIADB_URL_ENV} is not set")
+    return mariadb_server_url()
+
+
+@pytest.fixture
+def spider_cluster(tmp_path: Path) -> Iterator[ClusterRun]:
+    """A whole real Spider cluster of the test's own (``tests/spider_cluster.py``): fresh
+    databases, CLP's schema at head, this coordinator's config written; the test may kill and
+    restart its processes. Its coordinators, the cluster and its databases go when the test ends.
+    Skipped where the binaries cannot run or there is no MariaDB, unless CI requires both."""
+    with running_cluster_run(cluster_server_url(), tmp_path / "spider-cluster") as run:
+        yield run
+
+
+@pytest.fixture(scope="module")
+def _module_spider_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterRun]:
+    directory = tmp_path_factory.mktemp("spider-cluster")
+    with running_cluster_run(cluster_server_url(), directory) as run:
+        yield run
+
+
+@pytest.fixture
+def shared_spider_cluster(_module_spider_cluster: ClusterRun) -> Iterator[ClusterRun]:
+    """One cluster for the whole module (as ``spider_cluster``), for tests that leave its
+    processes and configuration alone; the coordinators a test starts are stopped when it ends."""
+    try:
+        yield _module_spider_cluster
+    finally:
+        _module_spider_cluster.stop_coordinators()
