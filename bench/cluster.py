@@ -80,13 +80,22 @@ class ClusterError(RuntimeError):
 def cluster_problem() -> str | None:
     """Why the cluster's binaries cannot run here, or ``None`` when they should."""
     for binary in (*BINARIES, CLUSTER_SH):
-        if not binary.is_file():
-            return f"{binary} is missing"
-        if not os.access(binary, os.X_OK):
-            return f"{binary} is not executable"
+        problem = binary_problem(binary)
+        if problem is not None:
+            return problem
+    return None
+
+
+def binary_problem(binary: Path) -> str | None:
+    """Why Spider's prebuilt ``binary`` cannot run here (missing, not executable, not Linux
+    x86-64, glibc older than ``MIN_GLIBC``), or ``None`` when it should."""
+    if not binary.is_file():
+        return f"{binary} is missing"
+    if not os.access(binary, os.X_OK):
+        return f"{binary} is not executable"
     system, machine = platform.system(), platform.machine()
     if system != "Linux" or machine not in ("x86_64", "amd64", "AMD64"):
-        return f"the Spider cluster is built for Linux x86-64; this machine is {system} {machine}"
+        return f"{binary} is built for Linux x86-64; this machine is {system} {machine}"
     try:
         libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
     except (ValueError, OSError):
@@ -94,7 +103,7 @@ def cluster_problem() -> str | None:
     found = re.fullmatch(r"glibc (\d+)\.(\d+).*", libc)
     if found is None or (int(found[1]), int(found[2])) < MIN_GLIBC:
         needed = ".".join(str(part) for part in MIN_GLIBC)
-        return f"the Spider cluster needs glibc {needed}+; this machine has {libc or 'no glibc'}"
+        return f"{binary} needs glibc {needed}+; this machine has {libc or 'no glibc'}"
     return None
 
 

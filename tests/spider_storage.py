@@ -21,8 +21,6 @@ registers task instances and reports their successes and failures, so tests can 
 from __future__ import annotations
 
 import os
-import platform
-import re
 import signal
 import socket
 import subprocess
@@ -38,6 +36,7 @@ import grpc
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
+from bench.cluster import binary_problem as spider_binary_problem
 from coordinator.spider.grpc.client import GrpcSpider
 from coordinator.spider.grpc.generated.common import common_pb2
 from coordinator.spider.grpc.generated.storage import storage_pb2, storage_pb2_grpc
@@ -47,7 +46,6 @@ from coordinator.spider.wire import encode_frame
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 BINARY = SHARED / "spider-storage" / "spider-storage"
 REQUIRE_ENV = "COORDINATOR_TEST_REQUIRE_SPIDER_STORAGE"
-MIN_GLIBC = (2, 34)
 START_TIMEOUT_SECS = 30.0
 _stubs: Any = storage_pb2_grpc
 """The generated stubs (Spider's whole ``storage.proto``, its internal services included)."""
@@ -62,23 +60,8 @@ class SpiderStorageError(RuntimeError):
 
 def binary_problem(binary: Path | None = None) -> str | None:
     """Why ``binary`` (default ``BINARY``) cannot run here, or ``None`` when it should."""
-    binary = BINARY if binary is None else binary
-    if not binary.is_file():
-        return f"Spider's storage service {binary} is missing"
-    if not os.access(binary, os.X_OK):
-        return f"Spider's storage service {binary} is not executable"
-    system, machine = platform.system(), platform.machine()
-    if system != "Linux" or machine not in ("x86_64", "amd64", "AMD64"):
-        return f"{binary} is built for Linux x86-64; this machine is {system} {machine}"
-    try:
-        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
-    except (ValueError, OSError):
-        libc = ""
-    found = re.fullmatch(r"glibc (\d+)\.(\d+).*", libc)
-    if found is None or (int(found[1]), int(found[2])) < MIN_GLIBC:
-        needed = ".".join(str(part) for part in MIN_GLIBC)
-        return f"{binary} needs glibc {needed}+; this machine has {libc or 'no glibc'}"
-    return None
+    problem = spider_binary_problem(BINARY if binary is None else binary)
+    return None if problem is None else f"Spider's storage service: {problem}"
 
 
 def require_binary() -> None:

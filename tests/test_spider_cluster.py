@@ -82,6 +82,18 @@ def assert_all_succeeded(rows: dict[int, JobRow]) -> None:
     assert not failed, "jobs that did not succeed:\n" + "\n".join(failed)
 
 
+def assert_jobs_fail_in_spider(run: ClusterRun, *fragments: str) -> None:
+    """Two jobs run by a coordinator end Failed with Spider's error, naming each of
+    ``fragments``, and nothing is published."""
+    ids = run.insert_jobs(varied_jobs(2))
+    run.coordinator("run")
+    for row in run.wait_terminal(ids).values():
+        assert row.status == JobStatus.FAILED, str(row)
+        assert row.status_msg.startswith(SPIDER_FAILED), str(row)
+        assert all(fragment in row.status_msg for fragment in fragments), str(row)
+    assert run.archives() == []
+
+
 def submissions(run: ClusterRun, ids: Sequence[int]) -> Counter[int]:
     """How many 'submitted' transitions each job has (``compression_job_transitions``)."""
     rows = run.query(
@@ -214,18 +226,9 @@ def test_compress_failure_fails_the_job(spider_cluster: ClusterRun, tmp_path: Pa
         + "\n"
     )
     run.cluster.em_start()
-    specs = varied_jobs(2)
-    ids = run.insert_jobs(specs)
-    run.coordinator("run")
-    rows = run.wait_terminal(ids)
-    for row in rows.values():
-        assert row.status == JobStatus.FAILED, str(row)
-        # Spider's execution manager renders the executor's error lossily (msgpack headers as
-        # U+FFFD); the variant and the loader's message are what a reader can use.
-        assert row.status_msg.startswith(SPIDER_FAILED), str(row)
-        assert "InvalidLibrary" in row.status_msg, str(row)
-        assert "libclp.so: cannot open shared object file" in row.status_msg, str(row)
-    assert run.archives() == []
+    # Spider's execution manager renders the executor's error lossily (msgpack headers as
+    # U+FFFD); the variant and the loader's message are what a reader can use.
+    assert_jobs_fail_in_spider(run, "InvalidLibrary", "libclp.so: cannot open shared object file")
 
 
 def test_commit_refused_fails_the_job(spider_cluster: ClusterRun) -> None:
@@ -237,16 +240,9 @@ def test_commit_refused_fails_the_job(spider_cluster: ClusterRun) -> None:
         "CREATE TRIGGER refuse_archives BEFORE INSERT ON clp_default_archives FOR EACH ROW"
         " SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'archives refused by the test'"
     )
-    specs = varied_jobs(2)
-    ids = run.insert_jobs(specs)
-    run.coordinator("run")
-    rows = run.wait_terminal(ids)
-    for row in rows.values():
-        assert row.status == JobStatus.FAILED, str(row)
-        assert row.status_msg.startswith(SPIDER_FAILED), str(row)
-        assert "failed to insert archives into `clp_default_archives`" in row.status_msg, str(row)
-        assert "archives refused by the test" in row.status_msg, str(row)
-    assert run.archives() == []
+    assert_jobs_fail_in_spider(
+        run, "failed to insert archives into `clp_default_archives`", "archives refused by the test"
+    )
 
 
 # --- processes disturbed mid-batch ---------------------------------------------------------------
