@@ -53,7 +53,7 @@ from coordinator.spider.port import (
     Unauthenticated,
     cancel_if_safe,
     register_all_jobs,
-    start_all_if_ready,
+    start_all_registered,
     start_if_ready,
 )
 from coordinator.store.database import is_transient, reading
@@ -228,10 +228,10 @@ class Submitter:
 
     def start(self, recorded: Sequence[Registered]) -> None:
         """Start the Spider jobs of ``recorded`` submissions (``recorded`` said so), in one call
-        when the engine starts several at once (``start_all_if_ready``). A Spider error leaves a
+        when the engine starts several at once (``start_all_registered``). A Spider error leaves a
         job to its polls, which start a Ready job. Raises the engine's other errors (the jobs
         then wait for their polls likewise)."""
-        answers = start_all_if_ready(self.loop.spider, [item.spider_id for item in recorded])
+        answers = start_all_registered(self.loop.spider, [item.spider_id for item in recorded])
         for item, answer in zip(recorded, answers, strict=True):
             self._started(item, answer)
 
