@@ -211,8 +211,10 @@ def test_a_batch_of_jobs_reads_its_objects_and_datasets_once(
     config: CoordinatorConfig, tmp_path: Path
 ) -> None:
     """Before: each job of a tick opened a read of its own (a transaction, and on SQLite the write
-    lock) for its objects and its dataset's letter case. Now the batch is read together: each
-    ingestion job's objects in one fetch, each dataset's letter case once."""
+    lock) for its objects and its dataset's letter case. Now the batch is read together: the
+    objects of every ingestion job in one fetch (log-ingestor makes an ingestion job per
+    compression job, so one fetch per ingestion job was one per job), each dataset's letter case
+    once."""
     put_logs(config, tmp_path, ["svc0", "svc1"])
     with open_runtime(config, lease_secs=5) as rt:
         web, logs = _ingested(config, rt.engine, "web"), _ingested(config, rt.engine, "logs")
@@ -221,7 +223,7 @@ def test_a_batch_of_jobs_reads_its_objects_and_datasets_once(
             rt.coordinator.tick()
         assert rt.store.states(job_ids) == {job_id: JobStatus.RUNNING for job_id in job_ids}
     fetches = [s for s in sent if "from ingested_s3_object_metadata" in one_line(s)]
-    assert len(fetches) == 2  # one per ingestion job, each job's objects among them
+    assert len(fetches) == 1  # both ingestion jobs' objects, each job's among them
     assert len(_letter_case_reads(sent)) == 2  # one per dataset, neither registered yet
 
 

@@ -34,7 +34,7 @@ from coordinator.spider.policy import InvalidExecutionPolicy, commit_task_policy
 from coordinator.spider.task_graph import JobSubmission, build_compression_job
 from coordinator.store.database import reading
 from coordinator.store.datasets import registered_in_any_case
-from coordinator.store.ingestion import fetch_objects
+from coordinator.store.ingestion import fetch_objects_of_jobs
 from coordinator.store.names import InvalidDatasetName, resolve_dataset_name
 from coordinator.task_io import ClpSCompressionOption, S3InputSource
 
@@ -182,8 +182,9 @@ def read_requests(
     requests: Sequence[JobRequest],
     registered_as_named: set[str] | None = None,
 ) -> RequestsRead:
-    """Read what ``requests`` need, together: the objects of each ingestion job they name in one
-    fetch (``fetch_objects``: ``FETCH_BATCH_SIZE`` ids a query), the letter-case check of each
+    """Read what ``requests`` need, together: the objects of every ingestion job they name in
+    one fetch (``fetch_objects_of_jobs``: ``FETCH_BATCH_SIZE`` ids a query, whatever their
+    ingestion jobs: log-ingestor makes one per compression job), the letter-case check of each
     dataset they write to once. Raises the driver's errors.
     """
     wanted: dict[int, set[int]] = {}
@@ -193,10 +194,7 @@ def read_requests(
         dataset: _registered_in_other_case(connection, dataset, registered_as_named)
         for dataset in dict.fromkeys(request.dataset for request in requests)
     }
-    rows = {
-        ingestion_job_id: fetch_objects(connection, sorted(ids), ingestion_job_id) if ids else []
-        for ingestion_job_id, ids in wanted.items()
-    }
+    rows = fetch_objects_of_jobs(connection, {job: sorted(ids) for job, ids in wanted.items()})
     return RequestsRead(rows, other_case)
 
 

@@ -30,7 +30,7 @@ objects (it would submit them a second time).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import (
@@ -106,6 +106,50 @@ def fetch_objects(
         rows += [S3ObjectRow(row.id, row.bucket, row.key, row.size) for row in result]
     return rows
 
+
+def fetch_objects_of_jobs(
+    connection: Connection, wanted: Mapping[int, Sequence[int]]
+) -> dict[int, list[S3ObjectRow]]:
+    """``fetch_objects`` of each ingestion job of ``wanted`` (its id → the object ids wanted of
+    it), together: ``FETCH_BATCH_SIZE`` ids a query whatever the jobs they belong to, so a batch
+    of small jobs, each with an ingestion job of its own (log-ingestor's), costs one query, not
+    one per job. Each job's rows ascending by id; an id of another ingestion job is absent, as in
+    ``fetch_objects``. Raises the driver's errors."""
+    pairs = sorted((object_id, job) for job, ids in wanted.items() for object_id in ids)
+    found: dict[int, list[S3ObjectRow]] = {job: [] for job in wanted}
+    for start in range(0, len(pairs), FETCH_BATCH_SIZE):
+        batch = pairs[start : start + FETCH_BATCH_SIZE]
+        asked = set(batch)
+        result = connection.execute(
+            _FETCH_OBJECTS_OF_JOBS,
+            {
+                "ids": [object_id for object_id, _ in batch],
+                "jobs": sorted({job for _, job in batch}),
+            },
+        )
+        for row in result:
+            if (row.id, row.ingestion_job_id) in asked:
+                found[row.ingestion_job_id].append(
+                    S3ObjectRow(row.id, row.bucket, row.key, row.size)
+                )
+    return found
+
+
+_FETCH_OBJECTS_OF_JOBS = (
+    select(
+        _objects.c.id,
+        _objects.c.ingestion_job_id,
+        _objects.c.bucket,
+        _objects.c.key,
+        _objects.c.size,
+    )
+    .where(
+        _objects.c.id.in_(bindparam("ids", expanding=True)),
+        _objects.c.ingestion_job_id.in_(bindparam("jobs", expanding=True)),
+    )
+    .order_by(_objects.c.id)
+)
+"""Built once (``fetch_objects_of_jobs``, every batch of submissions)."""
 
 _FETCH_OBJECTS = (
     select(_objects.c.id, _objects.c.bucket, _objects.c.key, _objects.c.size)
