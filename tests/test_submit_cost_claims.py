@@ -221,3 +221,57 @@ def test_take_overs_are_looked_for_once_per_interval_not_every_tick(
     assert third not in keeper.loop.driven and len(looks) == 3
     monkeypatch.setattr(keeper, "_is_ours", lambda job_id, clp_config: True)
     assert keeper.claim() >= 1 and third in keeper.loop.driven and len(looks) == 4
+
+
+def test_an_idle_claim_opens_no_transaction_until_a_job_is_pending(store: JobStore) -> None:
+    """With no Pending row and nothing to take over, the claim is one read and no transaction
+    (``leases.any_pending``; ``leases.anything_claimable`` when it looks for take-overs, as the
+    first claim does): an idle coordinator claims every tick."""
+    keeper = _keeper(store, max_concurrent_jobs=4)
+    with _commits(store.engine) as commits:
+        assert keeper.claim() == 0  # the first claim, which looks for take-overs
+        assert keeper.claim() == 0
+        assert keeper.claim() == 0
+    assert commits == []
+    assert not keeper.filled_capacity
+    job = store.create_job(_blob(1, [1], "web"))
+    with _commits(store.engine) as commits:
+        assert keeper.claim() == 1
+    assert len(commits) == 1 and list(keeper.loop.driven) == [job]
+
+
+def test_a_pending_job_another_coordinator_holds_takes_the_claims_transaction(
+    store: JobStore,
+) -> None:
+    """The cheap read sees every Pending row, leased or not: the claim's transaction then decides
+    (here: nothing is claimable while another coordinator's lease runs)."""
+    keeper = _keeper(store, max_concurrent_jobs=4)
+    assert keeper.claim() == 0
+    job = store.create_job(_blob(1, [1], "web"))
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(_jobs)
+            .where(_jobs.c.id == job)
+            .values(lease_owner="b", lease_epoch=1, lease_expires_at=store.clock() + LEASE)
+        )
+    with _commits(store.engine) as commits:
+        assert keeper.claim() == 0
+    assert len(commits) == 1 and keeper.loop.driven == {}
+
+
+def test_an_idle_look_for_take_overs_takes_a_lapsed_lease(store: JobStore) -> None:
+    """While nothing is driven, the look for take-overs reads first; an in-flight row whose lease
+    lapsed makes it take the claim's transaction, which takes the job over."""
+    clock = [0.0]
+    keeper = _keeper(store, max_concurrent_jobs=4, monotonic=lambda: clock[0])
+    with _commits(store.engine) as commits:
+        assert keeper.claim() == 0
+    assert commits == []
+    _, _, running = _three_kinds(store)
+    with store.engine.begin() as connection:  # only the lapsed Running job is left to claim
+        connection.execute(update(_jobs).where(_jobs.c.id != running).values(status=2))
+    assert keeper.claim() == 0  # no look for take-overs due: the Pending probe finds nothing
+    clock[0] += LEASE.total_seconds() / TAKE_OVER_SCANS_PER_LEASE
+    with _commits(store.engine) as commits:
+        assert keeper.claim() == 1
+    assert len(commits) == 1 and list(keeper.loop.driven) == [running]

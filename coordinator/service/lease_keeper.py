@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -100,6 +100,12 @@ class LeaseKeeper:
         ]
         pending_skip = self._foreign.union(driven_pending)
         looks_for_take_overs = self.loop.monotonic() >= self._next_take_over
+        if not pending_skip and self._nothing_to_claim(looks_for_take_overs, owner, now):
+            if looks_for_take_overs:
+                interval = self.lease_duration.total_seconds() / TAKE_OVER_SCANS_PER_LEASE
+                self._next_take_over = self.loop.monotonic() + interval
+            self.filled_capacity = False
+            return 0
         with self.loop.engine.begin() as connection:
             taken = []
             if looks_for_take_overs:
@@ -157,6 +163,22 @@ class LeaseKeeper:
         total = len(taken) + len(recorded) + len(claimed)
         self.filled_capacity = total >= capacity
         return total
+
+    def _nothing_to_claim(self, looks_for_take_overs: bool, owner: str, now: datetime) -> bool:
+        """Whether one cheap read shows that the claim's transaction would take nothing; for a
+        claim that knows of no Pending row (none driven, none left to others).
+
+        An idle coordinator claims every tick, and the claim's transaction (two or three reads)
+        was most of its CPU: without a look for take-overs, ``leases.any_pending`` (no Pending
+        row at all); with one, while nothing is driven (else this coordinator's own in-flight
+        rows would always answer), ``leases.anything_claimable`` (no Pending row, no in-flight
+        row whose lease lapsed). A Pending row makes the claim's transaction decide, as before.
+        """
+        if not looks_for_take_overs:
+            return not leases.any_pending(self.loop.engine)
+        if self.loop.driven:
+            return False
+        return not leases.anything_claimable(self.loop.engine, owner=owner, now=now)
 
     def release_all(self) -> None:
         """Give up every lease now, so another coordinator (or the next start) continues at once."""
