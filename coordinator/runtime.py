@@ -53,7 +53,12 @@ from coordinator.job_config import (
     peek_input_type,
 )
 from coordinator.lifecycle import JobStatus
-from coordinator.service.coordinator import Coordinator, default_instance_id
+from coordinator.service.coordinator import (
+    ADVANCE_CONCURRENCY,
+    CLUSTER_ADVANCE_CONCURRENCY,
+    Coordinator,
+    default_instance_id,
+)
 from coordinator.spider.measured import MeasuredSpider
 from coordinator.spider.port import SpiderPort
 from coordinator.store.database import reading
@@ -294,6 +299,9 @@ def open_runtime(
         max_attempts=config.extras.max_job_attempts,
         cleanup_task=cleanup_task_of(config),
         leaves_job=leaves_jobs_not_naming(config.object_store_directory) if standalone else None,
+        advance_concurrency=(
+            ADVANCE_CONCURRENCY if embedded is not None else CLUSTER_ADVANCE_CONCURRENCY
+        ),
     )
     if embedded is not None:
         embedded.on_job_ended(coordinator.wake)  # polled at once, not after its back-off

@@ -584,6 +584,35 @@ def test_max_concurrent_jobs_bounds_every_driven_job(
             assert triggers(rt, job) == ["submitted", "committed", "finalised"]
 
 
+def test_a_place_is_refilled_in_the_tick_that_concludes_its_job(
+    config: CoordinatorConfig, tmp_path: Path
+) -> None:
+    """The place a job frees goes to a waiting Pending job in the same tick (claimed, submitted,
+    started), not a polling interval later in the next tick's claim."""
+    put_logs(config, tmp_path, ["svc0"])
+    with open_runtime(config, lease_secs=5) as rt:
+        first, second = [
+            submit_job(config, rt.engine, dataset=DATASET, timestamp_key="timestamp")
+            for _ in range(2)
+        ]
+        coordinator = coordinator_with(rt, settings=CompressionCoordinator(max_concurrent_jobs=1))
+        try:
+            assert coordinator.tick().claimed == 1
+            assert job_row(rt, second).status == JobStatus.PENDING
+            spider_id = coordinator.driven[first].spider_id
+            assert spider_id is not None
+            wait_for(rt.spider, spider_id, JobState.SUCCEEDED)
+            for job in coordinator.driven.values():
+                job.next_poll = 0.0  # due now, whatever its back-off
+            report = coordinator.tick()
+        finally:
+            coordinator.shut_down_pool()
+        assert report.concluded == [first] and report.claimed == 1
+        assert job_row(rt, first).status == JobStatus.SUCCEEDED
+        assert job_row(rt, second).status == JobStatus.RUNNING
+        assert list(coordinator.driven) == [second]
+
+
 def test_run_until_idle_leaves_no_claimable_job(config: CoordinatorConfig, tmp_path: Path) -> None:
     put_logs(config, tmp_path, ["svc0"])
     with open_runtime(config, lease_secs=5) as rt:
