@@ -9,13 +9,22 @@ jobs' settlements run the very same statement objects, each with its own values.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event, update
+import pytest
+from sqlalchemy import Connection, Engine, delete, event, update
 from sqlalchemy.sql import Executable
 
+from coordinator.archive_storage import ArchiveOutputSettings
+from coordinator.config.loader import CoordinatorConfig
+from coordinator.lifecycle import JobStatus
+from coordinator.runtime import open_runtime
+from coordinator.service import outcomes
+from coordinator.service.ingest import submit_job
+from coordinator.spider.port import JobState
 from coordinator.store.jobs import JobStore
-from coordinator.store.schema import compression_jobs
+from coordinator.store.schema import compression_jobs, stored_archives
 from coordinator.store.stored_archives import (
     PUBLISHED,
     REMOVING,
@@ -26,6 +35,12 @@ from coordinator.store.stored_archives import (
     mark_published,
     record_stored_archive,
     stored_archives_of_job,
+)
+from tests.engine_support import wait_for
+from tests.service_support import (
+    job_row,
+    put_logs,
+    tick_until,
 )
 
 
@@ -115,3 +130,39 @@ def _jobs_with_records(
             for archive_id in archive_ids:
                 record_stored_archive(connection, _record(spider_id, archive_id))
     return jobs
+
+
+def test_a_job_another_writer_ended_without_records_costs_no_settlement(
+    config: CoordinatorConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CLP's own commit writes SUCCEEDED itself and CLP's compress task records nothing: such a
+    job has nothing to settle, and one read of the tick's ended jobs' records shows it (five
+    statements per job before). A job with records is still settled when it ends."""
+    put_logs(config, tmp_path, ["svc0", "svc1"])
+    settled: list[int] = []
+    real = outcomes.settle_archives
+
+    def counting(engine: Engine, job_id: int, output: ArchiveOutputSettings) -> Any:
+        settled.append(job_id)
+        return real(engine, job_id, output)
+
+    monkeypatch.setattr(outcomes, "settle_archives", counting)
+    with open_runtime(config, lease_secs=30) as rt:
+        first = submit_job(config, rt.engine, prefix="ingest/svc0", timestamp_key="timestamp")
+        second = submit_job(config, rt.engine, prefix="ingest/svc1", timestamp_key="timestamp")
+        tick_until(rt.coordinator, lambda: all(job_row(rt, j).spider_id for j in (first, second)))
+        for job_id in (first, second):  # Spider finishes both; the loop has not seen it yet
+            spider_id = job_row(rt, job_id).spider_id
+            assert spider_id is not None
+            wait_for(rt.spider, spider_id, JobState.SUCCEEDED)
+        # As CLP's commit leaves a job: SUCCEEDED, and no record of this coordinator's.
+        with rt.engine.begin() as connection:
+            connection.execute(delete(stored_archives).where(stored_archives.c.job_id == first))
+        with rt.engine.begin() as connection:
+            connection.execute(
+                update(compression_jobs)
+                .where(compression_jobs.c.id.in_([first, second]))
+                .values(status=int(JobStatus.SUCCEEDED), committed_at=None)
+            )
+        tick_until(rt.coordinator, lambda: not rt.coordinator.driven)
+    assert settled == [second]

@@ -47,7 +47,8 @@ from coordinator.spider.port import (
     cancel_if_safe,
     start_if_ready,
 )
-from coordinator.store.database import is_transient
+from coordinator.store.database import is_transient, reading
+from coordinator.store.stored_archives import records_of_jobs
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -160,8 +161,7 @@ class OutcomeHandler:
             moves = reaction.trigger is not None
             error = self._spider_error(job) if moves and outcome is Outcome.FAILED else ""
             self.loop.react(job, reaction, error=error)
-        for item in ended:
-            self.clean_up(item.job)
+        self.clean_up_all([item.job for item in ended])
 
     @staticmethod
     def _outcome(state: JobState | None) -> Outcome:
@@ -192,6 +192,34 @@ class OutcomeHandler:
                 _log.warning("could not cancel the Spider job: %s", error, extra=job.log())
         self.loop.react(job, reaction, **message_fields)
         self.clean_up(job)
+
+    def clean_up_all(self, jobs: Sequence[DrivenJob]) -> None:
+        """``clean_up`` of each of ``jobs`` that has anything to settle, found in one read.
+
+        A job that its terminal move did not settle (another writer ended it: CLP's own commit
+        task writes SUCCEEDED itself) and that has no archive record, nor its Spider job a record
+        naming no job, has nothing to settle: no file to remove, nothing of it to withdraw or mark
+        (withdrawal and evidence go by the records). With CLP's task package no job has records,
+        so this read replaces five statements per concluded job. A record stored later (a late
+        instance) is the sweep's, as before. Raises as ``clean_up``.
+        """
+        unsettled = [job for job in jobs if job.spider_id is not None and job.settled is None]
+        try:
+            with reading(self.loop.engine) as connection:
+                found = records_of_jobs(connection, [(j.job_id, j.spider_id) for j in unsettled])
+        except SQLAlchemyError as error:
+            if is_transient(error):
+                raise
+            _log.exception("reading the ended jobs' archive records failed; settling each")
+            found = {}
+        idle = {
+            job_id
+            for job_id, of_job in found.items()
+            if not of_job.records and not of_job.unattributed
+        }
+        for job in jobs:
+            if job.job_id not in idle or job.settled is not None:
+                self.clean_up(job)
 
     def clean_up(self, job: DrivenJob) -> None:
         """Settle the archives of a job that just ended (or, when its terminal move settled the
