@@ -16,9 +16,11 @@ Succeeded in a running service vs one bare clp-s over the same files; ``p3`` a b
 tick cost at a small vs a large backlog, Spider state calls/s vs the back-off's bound; ``p4``
 SIGKILL of a running ``coordinator run`` and the time its restart takes to re-attach every job in
 flight; ``p5`` partitioning (``bench.partition``'s workloads); ``startup`` ``run --until-idle`` with
-nothing to do. Each case runs in a process of its own (clean metrics and peak RSS) with its own
-temporary data directory and database; ``--database`` runs ``p1``, ``p1b``, ``p3`` and ``p4`` again
-on a fresh database of that MariaDB server.
+nothing to do; ``spider-cluster`` this coordinator against CLP's Rust coordinator on a real Spider
+cluster (``bench.spider_cluster``; only with ``--database``, ``--cluster-jobs``/``--cluster-slots``
+/``--cluster-idle-secs`` its sizes). Each case runs in a process of its own (clean metrics and
+peak RSS) with its own temporary data directory and database; ``--database`` runs ``p1``,
+``p1b``, ``p3`` and ``p4`` again on a fresh database of that MariaDB server.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any
 
 import coordinator
 from bench.rounds import RoundRows, median_table
-from bench.suite import CASES, DATABASE_CASES, Sizes
+from bench.suite import CASES, DATABASE_CASES, SERVER_ONLY_CASES, Sizes
 from coordinator.lifecycle.tables import markdown_table
 
 ROW_MARK = "BENCH-ROW "
@@ -64,6 +66,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--restart-jobs", type=int, help="P4 jobs (default 1,000)")
     parser.add_argument("--partition-objects", type=int, help="P5 (default 100,000)")
     parser.add_argument("--workers", type=int, help="embedded workers and floor parallelism")
+    parser.add_argument(
+        "--cluster-jobs", type=int, nargs="+", help="spider-cluster job counts (200 1000)"
+    )
+    parser.add_argument(
+        "--cluster-slots", type=int, nargs="+", help="spider-cluster max_concurrent_jobs (4 64)"
+    )
+    parser.add_argument("--cluster-idle-secs", type=float, help="spider-cluster idle window (30)")
     parser.add_argument("--on", metavar="URL", help=argparse.SUPPRESS)  # one case's database
     parser.add_argument("--rows", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -77,8 +86,11 @@ SIZE_OPTIONS = (
     "restart_jobs",
     "partition_objects",
     "workers",
+    "cluster_idle_secs",
 )
 """The size options (``--jobs`` …), each a field of ``Sizes``, passed on to each case's process."""
+LIST_OPTIONS = ("cluster_jobs", "cluster_slots")
+"""The size options of several values (``--cluster-jobs 200 1000``), each a tuple of ``Sizes``."""
 
 
 def sizes_of(args: argparse.Namespace) -> Sizes:
@@ -88,6 +100,9 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
             setattr(sizes, name, getattr(args, name))
     if args.backlog is not None:
         sizes.backlog = tuple(args.backlog)
+    for name in LIST_OPTIONS:
+        if getattr(args, name) is not None:
+            setattr(sizes, name, tuple(getattr(args, name)))
     return sizes
 
 
@@ -98,6 +113,9 @@ def size_options(args: argparse.Namespace) -> list[str]:
             options += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     if args.backlog is not None:
         options += ["--backlog", *map(str, args.backlog)]
+    for name in LIST_OPTIONS:
+        if getattr(args, name) is not None:
+            options += [f"--{name.replace('_', '-')}", *map(str, getattr(args, name))]
     return options
 
 
@@ -169,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("python -m bench: --rounds must be 1 or more")
     compile_package()
     cases = args.case or list(CASES)
-    runs: list[tuple[str, str | None]] = [(case, None) for case in cases]
+    runs: list[tuple[str, str | None]] = [
+        (case, None) for case in cases if not (args.database and case in SERVER_ONLY_CASES)
+    ]
     if args.database:
         runs += [(case, args.database) for case in cases if case in DATABASE_CASES]
     rounds: list[RoundRows] = []

@@ -79,6 +79,12 @@ class Sizes:
     partition_objects: int = 100_000
     startup_runs: int = 5
     workers: int = 2
+    cluster_jobs: tuple[int, ...] = (200, 1000)
+    """spider-cluster: the job counts, each drained by both coordinators."""
+    cluster_slots: tuple[int, ...] = (4, 64)
+    """spider-cluster: ``max_concurrent_jobs`` values, each with every job count."""
+    cluster_idle_secs: float = 30.0
+    """spider-cluster: the idle window (CPU and RSS with nothing to do)."""
 
     @classmethod
     def smoke(cls) -> Sizes:
@@ -93,6 +99,9 @@ class Sizes:
             restart_jobs=12,
             partition_objects=10_000,
             startup_runs=1,
+            cluster_jobs=(20,),
+            cluster_slots=(4,),
+            cluster_idle_secs=3.0,
         )
 
 
@@ -1120,6 +1129,13 @@ def startup(server: str | None, sizes: Sizes) -> list[Row]:
     ]
 
 
+def spider_cluster(server: str | None, sizes: Sizes) -> list[Row]:
+    """``bench.spider_cluster``'s case, imported when it runs (it imports this module)."""
+    from bench.spider_cluster import spider_cluster as case  # noqa: PLC0415
+
+    return case(server, sizes)
+
+
 CASES: dict[str, Callable[[str | None, Sizes], list[Row]]] = {
     "p1": p1,
     "p1b": p1b,
@@ -1128,6 +1144,9 @@ CASES: dict[str, Callable[[str | None, Sizes], list[Row]]] = {
     "p4": p4,
     "p5": p5,
     "startup": startup,
+    "spider-cluster": spider_cluster,
 }
-DATABASE_CASES = ("p1", "p1b", "p3", "p4")
+DATABASE_CASES = ("p1", "p1b", "p3", "p4", "spider-cluster")
 """Run on the ``--database`` server too (the others do not depend on the database)."""
+SERVER_ONLY_CASES = ("spider-cluster",)
+"""Run only on the ``--database`` server when one is given (without one: a row saying so)."""

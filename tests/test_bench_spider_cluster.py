@@ -1,0 +1,68 @@
+"""The bench's ``spider-cluster`` case (``bench/spider_cluster.py``) runs and prints its rows.
+
+Only that the rows come out, judged, with both coordinators' figures: the figures themselves are
+not checked (benchmarks are not tests; the machine may be loaded). Without ``--database`` the case
+prints one row saying it was skipped and why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from coordinator.config.locations import PROJECT_ROOT
+from tests.conftest import mariadb_server_url
+from tests.spider_cluster import require_cluster
+
+ROWS = (
+    "Spider cluster: drain 20 jobs, 4 slots",
+    "Spider cluster: latency p50, 20 jobs, 4 slots",
+    "Spider cluster: latency p95, 20 jobs, 4 slots",
+    "Spider cluster: coordinator CPU per job",
+    "Spider cluster: coordinator peak RSS",
+    "Spider cluster: idle CPU",
+)
+
+
+def bench(*options: str, timeout: float) -> str:
+    """``python -m bench --case spider-cluster`` with ``options``, outside any coordinator's
+    environment; its stdout."""
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("COORDINATOR_DATABASE_URL", "COORDINATOR_HOME", "COORDINATOR_CRASH_AT")
+    }
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench", "--case", "spider-cluster", *options],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
+    return completed.stdout
+
+
+def test_without_a_database_the_case_says_it_was_skipped() -> None:
+    stdout = bench("--smoke", timeout=60)
+    (row,) = [line for line in stdout.splitlines() if line.startswith("| Spider cluster")]
+    assert "skipped, needs a MariaDB server (--database URL)" in row, stdout
+
+
+@pytest.mark.mariadb
+@pytest.mark.slow
+def test_the_smoke_case_prints_every_row_against_rust() -> None:
+    server = mariadb_server_url()
+    require_cluster()
+    stdout = bench("--smoke", "--database", server, timeout=300)
+    lines = stdout.splitlines()
+    for name in ROWS:
+        (row,) = [line for line in lines if line.startswith(f"| {name}")]
+        cells = row.split(" | ")
+        assert cells[2].startswith("Rust "), row
+        assert cells[5].rstrip(" |") in ("yes", "no"), row
