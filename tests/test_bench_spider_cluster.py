@@ -7,15 +7,11 @@ prints one row saying it was skipped and why.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from coordinator.config.locations import PROJECT_ROOT
 from tests.conftest import mariadb_server_url
 from tests.spider_cluster import require_cluster
+from tests.test_bench_smoke import run_suite
 
 ROWS = (
     "Spider cluster: drain 20 jobs, 4 slots",
@@ -28,24 +24,8 @@ ROWS = (
 
 
 def bench(*options: str, timeout: float) -> str:
-    """``python -m bench --case spider-cluster`` with ``options``, outside any coordinator's
-    environment; its stdout."""
-    environment = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("COORDINATOR_DATABASE_URL", "COORDINATOR_HOME", "COORDINATOR_CRASH_AT")
-    }
-    completed = subprocess.run(
-        [sys.executable, "-m", "bench", "--case", "spider-cluster", *options],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr[-4000:]
-    return completed.stdout
+    """``python -m bench --case spider-cluster`` with ``options``; its stdout."""
+    return run_suite("--case", "spider-cluster", *options, timeout=timeout)
 
 
 def test_without_a_database_the_case_says_it_was_skipped() -> None:
