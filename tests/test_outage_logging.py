@@ -158,6 +158,8 @@ def test_a_clean_up_that_meets_an_outage_fails_the_tick_without_a_traceback(
     def settle(*_: object) -> None:
         raise outage
 
+    # Whichever of the clean-up's reads meets it: the ended jobs' records, or a settlement.
+    monkeypatch.setattr("coordinator.service.outcomes.records_of_jobs", settle)
     monkeypatch.setattr("coordinator.service.outcomes.settle_archives", settle)
     with caplog.at_level(logging.INFO), pytest.raises(OperationalError) as raised:
         coordinator.tick()
