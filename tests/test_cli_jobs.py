@@ -5,6 +5,7 @@ real rows of both databases (jobs moved by guarded transitions), the parsers of 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -31,6 +32,7 @@ from coordinator.job_config import (
     encode_clp_io_config,
 )
 from coordinator.lifecycle import Actor, CommittedStorage, JobStatus, Trigger
+from coordinator.service.clp_published import ArchivesUnknown, ClpPublished
 from coordinator.service.ingest import output_config_of
 from coordinator.store.guarded import Applied, TransitionRequest
 from coordinator.store.jobs import JobStore
@@ -517,3 +519,30 @@ def test_what_became_of_a_cancel_is_said_plainly(status: str, note: str) -> None
         "cancel": cancel_note(status, requested=True),
     }
     assert format_jobs([row])[1].endswith(note)
+
+
+def test_a_succeeded_job_without_records_lists_what_spider_names(store: JobStore) -> None:
+    """CLP's own commit publishes without a record of this coordinator: ``show`` asks Spider for
+    the job's outputs (``spider_archives``), and says in one line why when it cannot."""
+    job_id = _job(store, JobStatus.SUCCEEDED, dataset="web")
+    asked: list[tuple[int, str]] = []
+    archive = ClpPublished("a1", 900, 10_000, 1, 2, "/archives/web/a1")
+
+    def listing(spider_id: int, dataset: str) -> list[ClpPublished]:
+        asked.append((spider_id, dataset))
+        return [archive]
+
+    document = show_job(store, job_id, spider_archives=listing)
+    assert asked == [(1000 + job_id, "web")]
+    assert document["archives"] == [asdict(archive)] and document["archives_unknown"] is None
+
+    def unreachable(spider_id: int, dataset: str) -> list[ClpPublished]:
+        raise ArchivesUnknown(f"Spider cannot list job {spider_id}'s outputs: down")
+
+    document = show_job(store, job_id, spider_archives=unreachable)
+    assert document["archives"] == []
+    assert document["archives_unknown"] == f"Spider cannot list job {1000 + job_id}'s outputs: down"
+    assert format_job(document)[-1].startswith("Archives: unknown (Spider cannot list job")
+    # A job that did not succeed published nothing: Spider is not asked.
+    failed = _job(store, JobStatus.FAILED, dataset="web")
+    assert show_job(store, failed, spider_archives=unreachable)["archives_unknown"] is None

@@ -645,7 +645,8 @@ def _spider_archives(config: CoordinatorConfig, engine: Engine) -> Iterator[Spid
     from coordinator.spider.grpc.client import GrpcSpider
 
     endpoint = config.clp.spider or Spider()
-    with GrpcSpider(endpoint.host, endpoint.port) as spider:
+    # One attempt, briefly: a read command says "unknown" rather than wait out an outage.
+    with GrpcSpider(endpoint.host, endpoint.port, deadline_secs=5.0, max_retries=0) as spider:
         yield partial(clp_published_archives, engine, spider, archive_output_of(config))
 
 
