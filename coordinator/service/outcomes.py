@@ -204,6 +204,10 @@ class OutcomeHandler:
         instance) is the sweep's, as before. Raises as ``clean_up``.
         """
         unsettled = [job for job in jobs if job.spider_id is not None and job.settled is None]
+        if not unsettled:  # every move settled its job (the embedded engine's common end)
+            for job in jobs:
+                self.clean_up(job)
+            return
         try:
             with reading(self.loop.engine) as connection:
                 found = records_of_jobs(connection, [(j.job_id, j.spider_id) for j in unsettled])
