@@ -226,6 +226,7 @@ class Coordinator:
             self._sleep(self._pause(interval))
         self.release_leases()
         self.shut_down_pool()
+        self.leases.close()
 
     def shut_down_pool(self) -> None:
         """Stop the threads that poll in-flight jobs (a later tick makes new ones)."""
@@ -317,14 +318,31 @@ class Coordinator:
             for job in self.driven.values()
             if not (self.stopping.is_set() and job.status is JobStatus.PENDING)
         ]
-        # In-flight jobs are polled by the pool (``ADVANCE_CONCURRENCY`` at once) while this
-        # thread submits the Pending ones in claim order (Spider ids follow the claims): one job's
-        # Spider round trips do not wait for another's, and each job is polled by one thread.
-        # Every poll ends before the tick goes on (a transient error included); the jobs Spider
-        # ended are then concluded together by this thread (one finalising transaction).
+        if jobs:  # an idle tick ends here: it runs every polling interval
+            ended = self._advance(jobs)
+            self._conclude(ended)
+            report.concluded.extend(item.job.job_id for item in ended)
+            if ended:
+                report.claimed += self._refill()
+        if self.outcomes.sweep_due():
+            self.leases.forget_claimed_foreign_jobs()
+            self.outcomes.sweep()
+        report.driven = len(self.driven)
+        return report
+
+    def _advance(self, jobs: list[DrivenJob]) -> list[Ended]:
+        """Submit the Pending ``jobs`` and poll the in-flight ones that are due; the jobs Spider
+        ended, in the order of ``jobs``.
+
+        In-flight jobs are polled by the pool (``ADVANCE_CONCURRENCY`` at once) while this thread
+        submits the Pending ones in claim order (Spider ids follow the claims): one job's Spider
+        round trips do not wait for another's, and each job is polled by one thread. Every poll
+        ends before this returns (a transient error included), so that the ended jobs are
+        concluded together by this thread (one finalising transaction).
+        """
         pending = [job for job in jobs if job.status is JobStatus.PENDING]
         # Only the jobs due are handed to the pool: a tick woken by one job's end would otherwise
-        # queue a no-op for every other job in flight (a future each, issue 14).
+        # queue a no-op for every other job in flight (a future each).
         now = self.loop.monotonic()
         polled = [
             job for job in jobs if job.status is not JobStatus.PENDING and now >= job.next_poll
@@ -353,16 +371,7 @@ class Coordinator:
         polls = sorted(
             (poll for future in futures for poll in future.result()), key=lambda poll: poll[0]
         )
-        ended = [item for _, item in polls if item is not None]
-        self._conclude(ended)
-        report.concluded.extend(item.job.job_id for item in ended)
-        if ended:
-            report.claimed += self._refill()
-        if self.outcomes.sweep_due():
-            self.leases.forget_claimed_foreign_jobs()
-            self.outcomes.sweep()
-        report.driven = len(self.driven)
-        return report
+        return [item for _, item in polls if item is not None]
 
     def _refill(self) -> int:
         """Claim and submit Pending jobs for the places the jobs this tick concluded freed, at

@@ -24,6 +24,7 @@ from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.service.prepare import dataset_of
 from coordinator.store import leases
+from coordinator.store.idle_reads import IdleReads
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -54,6 +55,7 @@ class LeaseKeeper:
         self._foreign: set[int] = set()
         self._next_renewal = 0.0
         self._next_take_over = 0.0
+        self._idle_reads = IdleReads(loop.engine)
         self.filled_capacity = True
         """Whether the last claim took a job for every free place (more Pending jobs may be
         waiting); so before the first claim, and while no place is free."""
@@ -169,16 +171,20 @@ class LeaseKeeper:
         claim that knows of no Pending row (none driven, none left to others).
 
         An idle coordinator claims every tick, and the claim's transaction (two or three reads)
-        was most of its CPU: without a look for take-overs, ``leases.any_pending`` (no Pending
+        was most of its CPU: without a look for take-overs, ``IdleReads.any_pending`` (no Pending
         row at all); with one, while nothing is driven (else this coordinator's own in-flight
-        rows would always answer), ``leases.anything_claimable`` (no Pending row, no in-flight
+        rows would always answer), ``IdleReads.anything_claimable`` (no Pending row, no in-flight
         row whose lease lapsed). A Pending row makes the claim's transaction decide, as before.
         """
         if not looks_for_take_overs:
-            return not leases.any_pending(self.loop.engine)
+            return not self._idle_reads.any_pending()
         if self.loop.driven:
             return False
-        return not leases.anything_claimable(self.loop.engine, owner=owner, now=now)
+        return not self._idle_reads.anything_claimable(owner=owner, now=now)
+
+    def close(self) -> None:
+        """Close the connection the idle reads keep (a later claim opens another)."""
+        self._idle_reads.close()
 
     def release_all(self) -> None:
         """Give up every lease now, so another coordinator (or the next start) continues at once."""

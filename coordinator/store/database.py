@@ -198,14 +198,22 @@ class AutocommitWrites:
         """The sibling engine, made by the first write (the lock only guards its making)."""
         with self._lock:
             if self._autocommit is None:
-                self._autocommit = _mysql_engine(
-                    self.engine.url,
-                    pool_size=self._pool_size,
-                    isolation_level="AUTOCOMMIT",
-                    skip_autocommit_rollback=True,
-                )
-                event.listen(self._autocommit, "connect", _read_committed)
+                self._autocommit = autocommit_sibling(self.engine, pool_size=self._pool_size)
             return self._autocommit
+
+
+def autocommit_sibling(engine: Engine, *, pool_size: int) -> Engine:
+    """An engine for MariaDB/MySQL ``engine``'s URL whose connections are in autocommit mode, with
+    ``READ COMMITTED`` as every other session of the coordinator, on which neither ``COMMIT`` nor
+    ``ROLLBACK`` is ever sent (``skip_autocommit_rollback``); no connection is made here."""
+    sibling = _mysql_engine(
+        engine.url,
+        pool_size=pool_size,
+        isolation_level="AUTOCOMMIT",
+        skip_autocommit_rollback=True,
+    )
+    event.listen(sibling, "connect", _read_committed)
+    return sibling
 
 
 def _read_committed(dbapi_connection: Any, _: ConnectionPoolEntry) -> None:

@@ -28,11 +28,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, Select, delete, insert, select, update
+from sqlalchemy import Engine, Select, Update, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from coordinator.errors import CoordinatorError
 from coordinator.store.clock import Clock, utc_now
+from coordinator.store.kept_connection import KeptConnection
 from coordinator.store.outage import Outage, OutageLines
 from coordinator.store.schema import coordinator_instances as _instances
 
@@ -50,6 +51,17 @@ DEFAULT_STALE_AFTER_SECS = 10.0
 """A process whose heartbeat is older than this is gone."""
 _FORGET_AFTER = timedelta(hours=1)
 """Expired rows of standalone engines (named after their token, never reused) are deleted then."""
+
+_RENEWAL: Update = (
+    update(_instances)
+    .where(
+        _instances.c.kind == bindparam("w_kind"),
+        _instances.c.name == bindparam("w_name"),
+        _instances.c.token == bindparam("w_token"),
+    )
+    .values(heartbeat_at=bindparam("heartbeat"), expires_at=bindparam("expires"))
+)
+"""A heartbeat: the row of (kind, name) still this process's (its token) moves on."""
 
 _tokens_of_this_process: set[str] = set()
 _tokens_lock = threading.Lock()
@@ -133,6 +145,8 @@ class Presence:
         self.stale_after = timedelta(seconds=stale_after_secs)
         self.interval = max(stale_after_secs / 4, 0.05)
         self._db = database
+        self._beats = KeptConnection(database)
+        self._renewal = self._beats.prepare(_RENEWAL)
         self._host = host_key()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -264,46 +278,21 @@ class Presence:
 
     def beat(self) -> bool:
         """One heartbeat; ``False`` when it failed (the database is unavailable) or the row was
-        taken by another process. Never raises."""
+        taken by another process. Never raises. The heartbeat thread's alone (its connection is
+        one thread's at a time)."""
         now = self.clock()
+        renewal = {
+            "w_kind": self.kind,
+            "w_name": self.name,
+            "w_token": self.token,
+            "heartbeat": now,
+            "expires": now + self.stale_after,
+        }
         try:
-            with self._db.begin() as connection:
-                renewed = connection.execute(
-                    update(_instances)
-                    .where(
-                        _instances.c.kind == self.kind,
-                        _instances.c.name == self.name,
-                        _instances.c.token == self.token,
-                    )
-                    .values(heartbeat_at=now, expires_at=now + self.stale_after)
-                ).rowcount
-                if renewed != 1:
-                    holder = connection.execute(
-                        select(_instances.c.token).where(
-                            _instances.c.kind == self.kind, _instances.c.name == self.name
-                        )
-                    ).scalar_one_or_none()
-                    if holder is None:  # deleted (by an operator): ours again
-                        connection.execute(
-                            insert(_instances).values(
-                                kind=self.kind,
-                                name=self.name,
-                                token=self.token,
-                                host=self._host,
-                                pid=os.getpid(),
-                                started_at=now,
-                                heartbeat_at=now,
-                                expires_at=now + self.stale_after,
-                            )
-                        )
-                    elif not self._lost:
-                        self._lost = True
-                        _log.error(
-                            "%s instance id %r was taken over by another process while this one "
-                            "looked gone; this process's jobs now belong to others",
-                            self.kind,
-                            self.name,
-                        )
+            # One request on a connection kept for it (``KeptConnection``): a beat every 2.5 s
+            # through the pool cost 1.9 ms of CPU, most of an idle coordinator's.
+            if self._beats.changes(self._renewal, renewal) != 1:
+                self._renew_in_transaction(renewal)
         except SQLAlchemyError as error:
             self._healthy_since = None
             self._outage.failed(error, interval=self.interval)
@@ -312,6 +301,41 @@ class Presence:
         if self._healthy_since is None:
             self._healthy_since = time.monotonic()
         return not self._lost
+
+    def _renew_in_transaction(self, renewal: dict[str, object]) -> None:
+        """The heartbeat found no row of this process: renew it in one transaction with reading
+        who holds it, and take it again if nobody does (an operator deleted it). Raises the
+        database's errors."""
+        now = renewal["heartbeat"]
+        with self._db.begin() as connection:
+            renewed = connection.execute(_RENEWAL, renewal).rowcount
+            if renewed != 1:
+                holder = connection.execute(
+                    select(_instances.c.token).where(
+                        _instances.c.kind == self.kind, _instances.c.name == self.name
+                    )
+                ).scalar_one_or_none()
+                if holder is None:  # deleted (by an operator): ours again
+                    connection.execute(
+                        insert(_instances).values(
+                            kind=self.kind,
+                            name=self.name,
+                            token=self.token,
+                            host=self._host,
+                            pid=os.getpid(),
+                            started_at=now,
+                            heartbeat_at=now,
+                            expires_at=renewal["expires"],
+                        )
+                    )
+                elif not self._lost:
+                    self._lost = True
+                    _log.error(
+                        "%s instance id %r was taken over by another process while this one "
+                        "looked gone; this process's jobs now belong to others",
+                        self.kind,
+                        self.name,
+                    )
 
     def _beat_forever(self) -> None:
         while not self._stop.wait(self.interval):
@@ -340,12 +364,14 @@ class Presence:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._beats.close()
 
     def close(self) -> None:
         """Stop beating and delete the row (best effort): what this process owned is free now."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._beats.close()
         try:
             with self._db.begin() as connection:
                 connection.execute(delete(_instances).where(_instances.c.token == self.token))

@@ -46,7 +46,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import DBAPIError
 
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus, state_of
 from coordinator.store.database import reading
@@ -80,7 +79,7 @@ class Lease:
 # No parameter is named after a column (no parameter can add itself to an UPDATE's SET clause).
 
 
-def _claimable() -> ColumnElement[bool]:
+def claimable_lease() -> ColumnElement[bool]:
     """Rows no live lease holds, or held by ``:owner`` (a restart of the same coordinator)."""
     return or_(
         _jobs.c.lease_owner.is_(None),
@@ -99,7 +98,7 @@ def _candidates(
         conditions = [*conditions, _jobs.c.id.not_in(bindparam("skip", expanding=True))]
     return (
         select(*columns)
-        .where(*conditions, _claimable())
+        .where(*conditions, claimable_lease())
         .order_by(_jobs.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
@@ -404,65 +403,3 @@ def still_pending(engine: Engine, job_ids: Collection[int]) -> set[int]:
             rows = connection.execute(_STILL_PENDING, {"w_ids": ids[start : start + 1000]})
             pending.update(row.id for row in rows)
     return pending
-
-
-_ANY_PENDING = f"SELECT id FROM {_jobs.name} WHERE status = {int(JobStatus.PENDING)} LIMIT 1"
-"""A constant statement: nothing for SQLAlchemy to compile, bind or cache (``any_pending``)."""
-
-
-def any_pending(engine: Engine) -> bool:
-    """Whether any job is Pending, whoever holds its lease: one indexed read (``JOB_STATUS``) on
-    the driver's cursor, without SQLAlchemy's statement execution.
-
-    The claim asks it first when nothing suggests a Pending job (``LeaseKeeper.claim``): an idle
-    coordinator claims every polling interval (200 ms by default, as CLP's Rust coordinator reads
-    in ``coordination.rs``, ``fetch_new_job_rows``), and the claim's transaction of two reads
-    costs ~1.2 ms of CPU here, this ~0.2 ms. The driver's implicit transaction, if it began one,
-    is rolled back before the connection returns to the pool. Raises the driver's errors as
-    SQLAlchemy's ``DBAPIError`` (an outage is seen as one; the connection is then discarded).
-    """
-    with engine.connect() as connection:
-        driver_connection = connection.connection
-        try:
-            cursor = driver_connection.cursor()
-            try:
-                cursor.execute(_ANY_PENDING)
-                found = cursor.fetchone() is not None
-            finally:
-                cursor.close()
-            driver_connection.rollback()
-        except engine.dialect.loaded_dbapi.Error as error:
-            connection.invalidate(error)
-            raise DBAPIError.instance(
-                _ANY_PENDING, None, error, engine.dialect.loaded_dbapi.Error
-            ) from error
-    return found
-
-
-_ANYTHING_CLAIMABLE = (
-    select(_jobs.c.id)
-    .where(
-        or_(
-            _jobs.c.status == int(JobStatus.PENDING),
-            and_(
-                in_constants(_jobs.c.status, IN_FLIGHT_STATUS_VALUES),
-                _jobs.c.spider_id.is_not(None),
-                _claimable(),
-            ),
-        )
-    )
-    .limit(1)
-)
-"""Built once (``anything_claimable``): parameters ``now`` and ``owner``."""
-
-
-def anything_claimable(engine: Engine, *, owner: str, now: datetime) -> bool:
-    """Whether a claim that also looks for take-overs could find anything: a Pending row (whoever
-    holds its lease), or an in-flight one ``take_over_in_flight`` may take (its lease expired, or
-    ``owner``'s). One read, no lock and no transaction of its own; a superset of what the claim
-    takes, so ``False`` means the claim would take nothing (``LeaseKeeper.claim`` asks it once a
-    second while nothing is driven, instead of the claim's transaction of three reads). Raises
-    the driver's errors."""
-    with reading(engine) as connection:
-        row = connection.execute(_ANYTHING_CLAIMABLE, {"owner": owner, "now": now}).first()
-    return row is not None

@@ -1,0 +1,71 @@
+"""The idle coordinator's reads (``coordinator.store.idle_reads``): what they find on both
+backends (their connection: ``tests/test_kept_connection.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import insert, update
+
+from coordinator.lifecycle import JobStatus
+from coordinator.store.idle_reads import IdleReads
+from coordinator.store.jobs import JobStore
+from coordinator.store.schema import compression_jobs as _jobs
+
+NOW = datetime(2026, 12, 7, 23, 0, 0, 500_000)
+
+
+@pytest.fixture
+def reads(store: JobStore) -> Iterator[IdleReads]:
+    idle = IdleReads(store.engine)
+    yield idle
+    idle.close()
+
+
+def _job(store: JobStore, status: JobStatus, **lease: Any) -> int:
+    with store.engine.begin() as connection:
+        key = connection.execute(
+            insert(_jobs).values(status=int(status), clp_config=b"x", **lease)
+        ).inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def test_any_pending_sees_a_pending_row_whoever_holds_it(store: JobStore, reads: IdleReads) -> None:
+    assert not reads.any_pending()
+    _job(store, JobStatus.RUNNING, spider_id=1)
+    assert not reads.any_pending()
+    _job(store, JobStatus.PENDING, lease_owner="b", lease_epoch=1, lease_expires_at=NOW)
+    assert reads.any_pending()
+
+
+@pytest.mark.parametrize(
+    ("expires", "owner", "claimable"),
+    [
+        (NOW - timedelta(milliseconds=1), "b", True),  # lapsed a millisecond ago
+        (NOW, "b", False),  # lapses only after now
+        (NOW + timedelta(milliseconds=1), "b", False),
+        (NOW + timedelta(seconds=30), "a", True),  # the asking coordinator's own (a restart)
+    ],
+)
+def test_anything_claimable_compares_leases_as_the_claim_does(
+    store: JobStore, reads: IdleReads, expires: datetime, owner: str, claimable: bool
+) -> None:
+    """The lease's expiry is compared with ``now`` to the millisecond on both backends."""
+    job = _job(
+        store,
+        JobStatus.RUNNING,
+        spider_id=7,
+        lease_owner=owner,
+        lease_epoch=1,
+        lease_expires_at=expires,
+    )
+    assert reads.anything_claimable(owner="a", now=NOW) is claimable
+    with store.engine.begin() as connection:  # without a Spider id, never taken over
+        connection.execute(update(_jobs).where(_jobs.c.id == job).values(spider_id=None))
+    assert not reads.anything_claimable(owner="a", now=NOW)
+    _job(store, JobStatus.PENDING, lease_owner="b", lease_epoch=1, lease_expires_at=NOW)
+    assert reads.anything_claimable(owner="a", now=NOW)
