@@ -38,7 +38,6 @@ from coordinator.spider.port import (
     cancel_if_safe,
     start_if_ready,
 )
-from coordinator.store import leases
 from coordinator.store.guarded import Applied, LostRace
 
 _log = logging.getLogger(LOOP_LOGGER)
@@ -55,7 +54,7 @@ class CancelServer:
 
     def serve(self) -> None:
         """Serve every driven job's request once. Raises the driver's errors."""
-        for job_id in leases.cancel_requests(self.loop.engine, list(self.loop.driven)):
+        for job_id in self.loop.reads.cancel_requests(list(self.loop.driven)):
             job = self.loop.driven.get(job_id)
             if job is None:
                 continue

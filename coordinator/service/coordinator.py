@@ -226,7 +226,7 @@ class Coordinator:
             self._sleep(self._pause(interval))
         self.release_leases()
         self.shut_down_pool()
-        self.leases.close()
+        self.loop.reads.close()
 
     def shut_down_pool(self) -> None:
         """Stop the threads that poll in-flight jobs (a later tick makes new ones)."""

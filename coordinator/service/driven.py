@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -51,6 +52,7 @@ from coordinator.store.guarded import (
     validate_request,
 )
 from coordinator.store.jobs import Effects, JobStore, count_committed
+from coordinator.store.polling_reads import PollingReads
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -114,6 +116,12 @@ class Loop:
     @property
     def engine(self) -> Engine:
         return self.store.engine
+
+    @cached_property
+    def reads(self) -> PollingReads:
+        """The reads made every polling interval, on a connection of their own (the loop
+        thread's alone; ``Coordinator.run`` closes it)."""
+        return PollingReads(self.store.engine)
 
     def move(
         self,

@@ -24,7 +24,6 @@ from coordinator.service.driven import DrivenJob, Loop
 from coordinator.service.logs import LOOP_LOGGER, job_fields
 from coordinator.service.prepare import dataset_of
 from coordinator.store import leases
-from coordinator.store.idle_reads import IdleReads
 
 _log = logging.getLogger(LOOP_LOGGER)
 
@@ -55,7 +54,6 @@ class LeaseKeeper:
         self._foreign: set[int] = set()
         self._next_renewal = 0.0
         self._next_take_over = 0.0
-        self._idle_reads = IdleReads(loop.engine)
         self.filled_capacity = True
         """Whether the last claim took a job for every free place (more Pending jobs may be
         waiting); so before the first claim, and while no place is free."""
@@ -83,10 +81,11 @@ class LeaseKeeper:
     def claim(self) -> int:
         """Claim up to the free capacity; how many jobs were claimed. Raises the driver's errors.
 
-        The three claims share one transaction (one ``BEGIN IMMEDIATE`` on SQLite per tick, not
-        three): each is still its own compare-and-set on every row's epoch, and nothing is driven
-        before the transaction committed. The in-flight take-overs are looked for at the first
-        claim and then ``TAKE_OVER_SCANS_PER_LEASE`` times per lease duration, not every tick.
+        The take-overs and the Pending claims share one transaction (one ``BEGIN IMMEDIATE`` on
+        SQLite per tick): each row is still its own compare-and-set on its epoch, and nothing is
+        driven before the transaction committed. The in-flight take-overs are looked for at the
+        first claim and then ``TAKE_OVER_SCANS_PER_LEASE`` times per lease duration, not every
+        tick.
         """
         capacity = self.loop.settings.max_concurrent_jobs - len(self.loop.driven)
         self.filled_capacity = capacity <= 0  # until this claim is known to have filled them
@@ -121,7 +120,7 @@ class LeaseKeeper:
                 )
             # Pending rows that already record a Spider job are claimed only to be ended (never
             # submitted: the `submitted` edge would lose its race on every attempt).
-            recorded = leases.claim_pending(
+            pending = leases.claim_pending(
                 connection,
                 owner=owner,
                 lease=self.lease_duration,
@@ -129,25 +128,16 @@ class LeaseKeeper:
                 limit=capacity - len(taken),
                 is_ours=self._is_ours,
                 skip=pending_skip,
-                recorded_spider_id=True,
-            )
-            claimed = leases.claim_pending(
-                connection,
-                owner=owner,
-                lease=self.lease_duration,
-                now=now,
-                limit=capacity - len(taken) - len(recorded),
-                is_ours=self._is_ours,
-                skip=pending_skip,
             )
         if looks_for_take_overs:  # once the claims committed: a failed look is made again
             interval = self.lease_duration.total_seconds() / TAKE_OVER_SCANS_PER_LEASE
             self._next_take_over = self.loop.monotonic() + interval
+        recorded = sum(lease.spider_id is not None for lease in pending)
         metrics.CLAIMS.labels("taken_over").inc(len(taken))
-        metrics.CLAIMS.labels("recorded").inc(len(recorded))
-        metrics.CLAIMS.labels("pending").inc(len(claimed))
+        metrics.CLAIMS.labels("recorded").inc(recorded)
+        metrics.CLAIMS.labels("pending").inc(len(pending) - recorded)
         init = self.loop.settings.result_polling.init_backoff_millisecs
-        for lease in [*taken, *recorded, *claimed]:
+        for lease in [*taken, *pending]:
             job = DrivenJob(
                 job_id=lease.job_id,
                 epoch=lease.epoch,
@@ -162,7 +152,7 @@ class LeaseKeeper:
             verb = "took over" if lease.status is not JobStatus.PENDING else "claimed"
             _log.info("%s job (%s)", verb, lease.status.label, extra=job.log())
             crashpoints.crashpoint("claimed")
-        total = len(taken) + len(recorded) + len(claimed)
+        total = len(taken) + len(pending)
         self.filled_capacity = total >= capacity
         return total
 
@@ -171,20 +161,16 @@ class LeaseKeeper:
         claim that knows of no Pending row (none driven, none left to others).
 
         An idle coordinator claims every tick, and the claim's transaction (two or three reads)
-        was most of its CPU: without a look for take-overs, ``IdleReads.any_pending`` (no Pending
+        was most of its CPU: without a look for take-overs, ``PollingReads.any_pending`` (no Pending
         row at all); with one, while nothing is driven (else this coordinator's own in-flight
-        rows would always answer), ``IdleReads.anything_claimable`` (no Pending row, no in-flight
+        rows would always answer), ``PollingReads.anything_claimable`` (no Pending row, no in-flight
         row whose lease lapsed). A Pending row makes the claim's transaction decide, as before.
         """
         if not looks_for_take_overs:
-            return not self._idle_reads.any_pending()
+            return not self.loop.reads.any_pending()
         if self.loop.driven:
             return False
-        return not self._idle_reads.anything_claimable(owner=owner, now=now)
-
-    def close(self) -> None:
-        """Close the connection the idle reads keep (a later claim opens another)."""
-        self._idle_reads.close()
+        return not self.loop.reads.anything_claimable(owner=owner, now=now)
 
     def release_all(self) -> None:
         """Give up every lease now, so another coordinator (or the next start) continues at once."""

@@ -1,5 +1,5 @@
 """One connection kept open for the statements a process runs every few hundred milliseconds
-whatever it is doing: the idle coordinator's reads (``idle_reads``) and the heartbeat
+whatever it is doing: the loop's reads (``polling_reads``) and the heartbeat
 (``instances.Presence``).
 
 Between two such statements the process sleeps, so each runs with cold caches, where a pooled
@@ -20,8 +20,8 @@ seen as one. One thread's at a time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -30,6 +30,8 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from coordinator.store.database import autocommit_sibling, is_mysql
+
+_T = TypeVar("_T")
 
 
 class Prepared:
@@ -85,13 +87,17 @@ class KeptConnection:
 
     def finds(self, statement: Prepared, values: Mapping[str, object]) -> bool:
         """Whether the query ``statement`` returns a row. Raises ``DBAPIError``."""
-        return bool(self._run(statement, values, fetch=True))
+        return self._run(statement, values, lambda cursor: cursor.fetchone() is not None)
+
+    def rows(self, statement: Prepared, values: Mapping[str, object]) -> list[tuple[Any, ...]]:
+        """The rows the query ``statement`` returns. Raises ``DBAPIError``."""
+        return self._run(statement, values, lambda cursor: [tuple(row) for row in cursor])
 
     def changes(self, statement: Prepared, values: Mapping[str, object]) -> int:
         """The rows the write ``statement`` matched (``CLIENT.FOUND_ROWS`` on MariaDB, as
         everywhere in the coordinator), committed as it completes. Raises ``DBAPIError``; a
         failed write may have been committed all the same when its reply was lost."""
-        return self._run(statement, values, fetch=False)
+        return self._run(statement, values, lambda cursor: int(cursor.rowcount))
 
     def close(self) -> None:
         """Give the kept connection back and close the sibling engine's; a later statement opens
@@ -102,8 +108,10 @@ class KeptConnection:
         if self._sibling is not None:
             self._sibling.dispose()
 
-    def _run(self, statement: Prepared, values: Mapping[str, object], *, fetch: bool) -> int:
-        """Rows found (0 or 1) when ``fetch``, else rows matched."""
+    def _run(
+        self, statement: Prepared, values: Mapping[str, object], result: Callable[[Any], _T]
+    ) -> _T:
+        """``result(cursor)`` once the driver's cursor ran ``statement`` with ``values``."""
         parameters = statement.parameters(values)
         dbapi_error = self.engine.dialect.loaded_dbapi.Error
         try:
@@ -115,7 +123,7 @@ class KeptConnection:
                     cursor.execute(statement.text)
                 else:
                     cursor.execute(statement.text, parameters)
-                return (cursor.fetchone() is not None) if fetch else int(cursor.rowcount)
+                return result(cursor)
             finally:
                 cursor.close()
         except dbapi_error as error:

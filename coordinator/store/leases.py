@@ -106,15 +106,12 @@ def _candidates(
 
 
 @cache
-def _pending_candidates(recorded_spider_id: bool, skipping: bool) -> Select[Any]:
+def _pending_candidates(skipping: bool) -> Select[Any]:
     """``claim_pending``'s candidates (``_candidates``)."""
     c = _jobs.c
     return _candidates(
         [c.id, c.lease_epoch, c.spider_id, c.clp_config, c.cancel_requested_at],
-        [
-            c.status == int(JobStatus.PENDING),
-            c.spider_id.is_not(None) if recorded_spider_id else c.spider_id.is_(None),
-        ],
+        [c.status == int(JobStatus.PENDING)],
         skipping,
     )
 
@@ -194,10 +191,11 @@ _RELEASE = (
 _CANCEL_REQUESTED = select(_jobs.c.id).where(
     _jobs.c.id.in_(bindparam("w_ids", expanding=True)), _jobs.c.cancel_requested_at.is_not(None)
 )
-_CANCEL_REQUESTED_BETWEEN = select(_jobs.c.id).where(
+CANCEL_REQUESTED_BETWEEN = select(_jobs.c.id).where(
     _jobs.c.id.between(bindparam("w_first"), bindparam("w_last")),
     _jobs.c.cancel_requested_at.is_not(None),
 )
+"""The cancel requests in a range of ids: parameters ``w_first`` and ``w_last``."""
 DENSE_IDS_SPAN = 4
 """The cancel read reads the range of the ids asked about when it is at most this many times as
 long as their number (``cancel_requests``)."""
@@ -216,22 +214,21 @@ def claim_pending(
     limit: int,
     is_ours: Callable[[int, bytes], bool],
     skip: Collection[int] = (),
-    recorded_spider_id: bool = False,
 ) -> list[Lease]:
     """Claim up to ``limit`` Pending jobs that ``is_ours(id, clp_config)`` accepts, oldest first.
 
-    By default only rows without a Spider id: the jobs to submit. With ``recorded_spider_id``,
-    only rows that already record one (``Lease.spider_id``): jobs to end, never to submit.
-    ``skip`` lists ids not to consider: known not to be ours (so their blobs are not decoded every
-    tick) or already driven by the caller.
-    Jobs ``is_ours`` refuses are not written. Runs in the caller's transaction, which then
-    commits the claims (or not). Raises the driver's errors, and whatever ``is_ours``
-    raises (nothing is claimed then).
+    A row without a Spider id is a job to submit; one that already records one
+    (``Lease.spider_id``) a job to end, never to submit (one read finds both: while jobs wait, a
+    claim is one read and one write per tick). ``skip`` lists ids not to consider: known not to
+    be ours (so their blobs are not decoded every tick) or already driven by the caller. Jobs
+    ``is_ours`` refuses are not written. Runs in the caller's transaction, which then commits the
+    claims (or not). Raises the driver's errors, and whatever ``is_ours`` raises (nothing is
+    claimed then).
     """
     if limit <= 0:
         return []
     candidates = connection.execute(
-        _pending_candidates(recorded_spider_id, bool(skip)),
+        _pending_candidates(bool(skip)),
         _candidate_parameters(owner, now, limit * 4 + 16, skip),
     ).all()
     ours: list[Any] = []  # the candidate rows accepted
@@ -386,7 +383,7 @@ def cancel_requests(engine: Engine, job_ids: Collection[int]) -> set[int]:
     with reading(engine) as connection:
         if last - first < DENSE_IDS_SPAN * len(job_ids):
             asked = set(job_ids)
-            rows = connection.execute(_CANCEL_REQUESTED_BETWEEN, {"w_first": first, "w_last": last})
+            rows = connection.execute(CANCEL_REQUESTED_BETWEEN, {"w_first": first, "w_last": last})
             return {row.id for row in rows if row.id in asked}
         rows = connection.execute(_CANCEL_REQUESTED, {"w_ids": list(job_ids)})
         return {row.id for row in rows}

@@ -1,5 +1,5 @@
-"""The idle coordinator's reads (``coordinator.store.idle_reads``): what they find on both
-backends (their connection: ``tests/test_kept_connection.py``)."""
+"""The loop's reads every polling interval (``coordinator.store.polling_reads``): what they find
+on both backends (their connection: ``tests/test_kept_connection.py``)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ import pytest
 from sqlalchemy import insert, update
 
 from coordinator.lifecycle import JobStatus
-from coordinator.store.idle_reads import IdleReads
 from coordinator.store.jobs import JobStore
+from coordinator.store.leases import cancel_requests
+from coordinator.store.polling_reads import PollingReads
 from coordinator.store.schema import compression_jobs as _jobs
 
 NOW = datetime(2026, 12, 7, 23, 0, 0, 500_000)
 
 
 @pytest.fixture
-def reads(store: JobStore) -> Iterator[IdleReads]:
-    idle = IdleReads(store.engine)
+def reads(store: JobStore) -> Iterator[PollingReads]:
+    idle = PollingReads(store.engine)
     yield idle
     idle.close()
 
@@ -34,7 +35,9 @@ def _job(store: JobStore, status: JobStatus, **lease: Any) -> int:
     return int(key[0])
 
 
-def test_any_pending_sees_a_pending_row_whoever_holds_it(store: JobStore, reads: IdleReads) -> None:
+def test_any_pending_sees_a_pending_row_whoever_holds_it(
+    store: JobStore, reads: PollingReads
+) -> None:
     assert not reads.any_pending()
     _job(store, JobStatus.RUNNING, spider_id=1)
     assert not reads.any_pending()
@@ -52,7 +55,7 @@ def test_any_pending_sees_a_pending_row_whoever_holds_it(store: JobStore, reads:
     ],
 )
 def test_anything_claimable_compares_leases_as_the_claim_does(
-    store: JobStore, reads: IdleReads, expires: datetime, owner: str, claimable: bool
+    store: JobStore, reads: PollingReads, expires: datetime, owner: str, claimable: bool
 ) -> None:
     """The lease's expiry is compared with ``now`` to the millisecond on both backends."""
     job = _job(
@@ -69,3 +72,22 @@ def test_anything_claimable_compares_leases_as_the_claim_does(
     assert not reads.anything_claimable(owner="a", now=NOW)
     _job(store, JobStatus.PENDING, lease_owner="b", lease_epoch=1, lease_expires_at=NOW)
     assert reads.anything_claimable(owner="a", now=NOW)
+
+
+def test_cancel_requests_read_dense_and_sparse_ids_alike(
+    store: JobStore, reads: PollingReads
+) -> None:
+    """A dense range of ids is read on the kept connection, sparse ids through the pool
+    (``leases.cancel_requests``): both find exactly the requests of the ids asked about."""
+    jobs = [_job(store, JobStatus.RUNNING, spider_id=index) for index in range(1, 41)]
+    requested = set(jobs[::3])
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(_jobs).where(_jobs.c.id.in_(requested)).values(cancel_requested_at=NOW)
+        )
+    dense = jobs[5:25]
+    sparse = [jobs[0], jobs[39]]
+    assert reads.cancel_requests(dense) == requested.intersection(dense)
+    assert reads.cancel_requests(sparse) == requested.intersection(sparse)
+    assert reads.cancel_requests([]) == set()
+    assert reads.cancel_requests(dense) == cancel_requests(store.engine, dense)

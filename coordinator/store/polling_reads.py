@@ -1,14 +1,16 @@
-"""The reads an idle coordinator makes every polling interval, one request each on a kept
-connection (``kept_connection``).
+"""The reads the loop makes every polling interval, one request each on a kept connection
+(``kept_connection``).
 
-An idle coordinator asks every ``job_polling_interval_millisecs`` (200 ms by default, as CLP's
-Rust coordinator reads in ``coordination.rs``, ``fetch_new_job_rows``) whether a Pending job
-exists, and once a second whether a lease lapsed; that is nearly all it does, so these two reads
-are nearly all of its CPU (``docs/performance.md``).
+Every ``job_polling_interval_millisecs`` (200 ms by default, as CLP's Rust coordinator reads in
+``coordination.rs``, ``fetch_new_job_rows``) the loop asks whether a Pending job exists (and once
+a second whether a lease lapsed) while it has free places, and which of the jobs it drives an
+operator asked to cancel while it drives any. An idle coordinator does little else, so the first
+two are nearly all of its CPU (``docs/performance.md``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +19,12 @@ from sqlalchemy import Engine, Select, and_, or_, select
 from coordinator.lifecycle import IN_FLIGHT_STATUS_VALUES, JobStatus
 from coordinator.store.expressions import in_constants
 from coordinator.store.kept_connection import KeptConnection
-from coordinator.store.leases import claimable_lease
+from coordinator.store.leases import (
+    CANCEL_REQUESTED_BETWEEN,
+    DENSE_IDS_SPAN,
+    cancel_requests,
+    claimable_lease,
+)
 from coordinator.store.schema import compression_jobs as _jobs
 
 _ANY_PENDING: Select[Any] = (
@@ -41,13 +48,15 @@ _ANYTHING_CLAIMABLE: Select[Any] = (
 """Parameters ``now`` and ``owner``."""
 
 
-class IdleReads:
-    """The idle coordinator's two reads (see the module docstring); one thread's at a time."""
+class PollingReads:
+    """The loop's reads (see the module docstring); the loop thread's alone."""
 
     def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         self._connection = KeptConnection(engine)
         self._any_pending = self._connection.prepare(_ANY_PENDING)
         self._anything_claimable = self._connection.prepare(_ANYTHING_CLAIMABLE)
+        self._cancel_requested_between = self._connection.prepare(CANCEL_REQUESTED_BETWEEN)
 
     def any_pending(self) -> bool:
         """Whether any job is Pending, whoever holds its lease: one indexed read (``JOB_STATUS``).
@@ -60,6 +69,20 @@ class IdleReads:
         (its lease expired, or ``owner``'s). A superset of what the claim takes, so ``False``
         means the claim would take nothing. Raises the driver's errors as ``DBAPIError``."""
         return self._connection.finds(self._anything_claimable, {"owner": owner, "now": now})
+
+    def cancel_requests(self, job_ids: Collection[int]) -> set[int]:
+        """Which of ``job_ids`` have a cancel request (``leases.cancel_requests``): ids dense
+        enough to be read as a range are read on the kept connection. Raises ``DBAPIError``."""
+        if not job_ids:
+            return set()
+        first, last = min(job_ids), max(job_ids)
+        if last - first >= DENSE_IDS_SPAN * len(job_ids):
+            return cancel_requests(self.engine, job_ids)
+        asked = set(job_ids)
+        rows = self._connection.rows(
+            self._cancel_requested_between, {"w_first": first, "w_last": last}
+        )
+        return {row[0] for row in rows if row[0] in asked}
 
     def close(self) -> None:
         """Close the kept connection (a later read opens another)."""
