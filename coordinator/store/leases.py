@@ -18,9 +18,9 @@ What can be claimed:
   jobs belong to CLP's legacy scheduler (hazard H1, ``docs/hazards.md``) and are never written: the
   caller decides ownership from the config blob before claiming. ``dispatch_time`` is set only on
   claimed jobs (H8). Only a row without a Spider id is claimed for submission; one that already
-  records a Spider id (CLP never leaves a Pending row so) is claimed separately, only to be ended
-  (``recorded_spider_id``), never submitted: submitting would have to overwrite that id, and the
-  ``submitted`` edge, guarded by ``spider_id IS NULL``, would lose its race on every attempt.
+  records a Spider id (CLP never leaves a Pending row so) is claimed only to be ended (its
+  ``Lease.spider_id`` is set), never submitted: submitting would have to overwrite that id, and
+  the ``submitted`` edge, guarded by ``spider_id IS NULL``, would lose its race on every attempt.
 * Running or Committed jobs with a Spider job id whose lease expired (their coordinator died), or
   that a coordinator of the same name held before a restart.
 """
