@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime
 from typing import Any
 
@@ -30,9 +31,8 @@ EXPIRES = datetime(2026, 12, 7, 23, 0, 0, 123_000)
 
 @pytest.fixture
 def kept(store: JobStore) -> Iterator[KeptConnection]:
-    connection = KeptConnection(store.engine)
-    yield connection
-    connection.close()
+    with closing(KeptConnection(store.engine)) as connection:
+        yield connection
 
 
 def _requests_of(kept: KeptConnection) -> list[bytes]:

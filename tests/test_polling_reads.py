@@ -4,6 +4,7 @@ on both backends (their connection: ``tests/test_kept_connection.py``)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,9 +22,8 @@ NOW = datetime(2026, 12, 7, 23, 0, 0, 500_000)
 
 @pytest.fixture
 def reads(store: JobStore) -> Iterator[PollingReads]:
-    idle = PollingReads(store.engine)
-    yield idle
-    idle.close()
+    with closing(PollingReads(store.engine)) as polling_reads:
+        yield polling_reads
 
 
 def _job(store: JobStore, status: JobStatus, **lease: Any) -> int:
