@@ -6,6 +6,8 @@ free place. A cancel request or a new job therefore waits no longer than between
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import cast
@@ -45,6 +47,26 @@ class _StillRunning:
     def cancel_job(self, job_id: int) -> JobState:
         self.cancelled.append(job_id)
         return JobState.CLEANUP_READY
+
+
+@contextmanager
+def _sent(coordinator: Coordinator) -> Iterator[list[str]]:
+    """The statements the block sends through the store's engine, and one line for each read of
+    the cancel requests on the loop's kept connection (``PollingReads``), which SQLAlchemy's
+    events do not see."""
+    reads = coordinator.loop.reads
+    real = reads.cancel_requests
+    with statements_sent(coordinator.loop.engine) as statements:
+
+        def recorded(job_ids: Collection[int]) -> set[int]:
+            statements.append("SELECT id (kept connection) WHERE cancel_requested_at IS NOT NULL")
+            return real(job_ids)
+
+        reads.cancel_requests = recorded  # type: ignore[method-assign]
+        try:
+            yield statements
+        finally:
+            del reads.cancel_requests
 
 
 def _reads(statements: list[str]) -> tuple[bool, bool]:
@@ -97,14 +119,14 @@ def test_a_woken_tick_skips_the_reads_until_the_polling_interval_passed(store: J
     assert coordinator.tick().claimed == 2
     pending = store.create_job(_blob(1, [1], "web"))
 
-    with statements_sent(store.engine) as statements:
+    with _sent(coordinator) as statements:
         coordinator.wake(100)
         coordinator.tick()
     assert _reads(statements) == (False, False)
     assert pending not in coordinator.driven
 
     clock.now += INTERVAL_MS / 1000
-    with statements_sent(store.engine) as statements:
+    with _sent(coordinator) as statements:
         coordinator.wake(101)
         report = coordinator.tick()
     assert _reads(statements) == (True, True)
@@ -118,7 +140,7 @@ def test_a_tick_not_woken_reads_whatever_the_clock(store: JobStore) -> None:
     coordinator = _coordinator(store, _StillRunning(), clock)
     coordinator.tick()
     store.create_job(_blob(1, [1], "web"))
-    with statements_sent(store.engine) as statements:
+    with _sent(coordinator) as statements:
         report = coordinator.tick()
     assert _reads(statements) == (True, True)
     assert report.claimed == 1  # the job created after the last claim
@@ -136,12 +158,12 @@ def test_a_woken_tick_claims_when_the_last_claim_filled_every_place(store: JobSt
     # The driven job ends elsewhere and leaves: its place is free for the job still waiting.
     del coordinator.driven[driven.job_id]
     coordinator.driven[-1] = driven  # any driven job keeps the tick a woken one
-    with statements_sent(store.engine) as statements:
+    with _sent(coordinator) as statements:
         coordinator.wake(999)
         assert coordinator.tick().claimed == 0  # no place: max_concurrent_jobs is 1
     assert _reads(statements) == (False, False)
     del coordinator.driven[-1]
-    with statements_sent(store.engine) as statements:
+    with _sent(coordinator) as statements:
         coordinator.wake(999)
         assert coordinator.tick().claimed == 1
     assert _reads(statements)[1]
