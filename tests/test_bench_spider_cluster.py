@@ -46,3 +46,18 @@ def test_the_smoke_case_prints_every_row_against_rust() -> None:
         cells = row.split(" | ")
         assert cells[2].startswith("Rust "), row
         assert cells[5].rstrip(" |") in ("yes", "no"), row
+
+
+@pytest.mark.mariadb
+@pytest.mark.slow
+def test_without_an_idle_window_the_idle_row_is_left_out() -> None:
+    """``--cluster-idle-secs 0`` (only the drains, e.g. at 64 slots): every other row, no idle
+    row, no failure."""
+    server = mariadb_server_url()
+    require_cluster()
+    stdout = bench("--smoke", "--database", server, "--cluster-idle-secs", "0", timeout=300)
+    lines = stdout.splitlines()
+    for name in ROWS[:-1]:
+        (row,) = [line for line in lines if line.startswith(f"| {name}")]
+        assert row.split(" | ")[2].startswith("Rust "), row
+    assert not [line for line in lines if "idle CPU" in line], stdout
