@@ -73,6 +73,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--cluster-slots", type=int, nargs="+", help="spider-cluster max_concurrent_jobs (4 64)"
     )
     parser.add_argument("--cluster-idle-secs", type=float, help="spider-cluster idle window (30)")
+    parser.add_argument(
+        "--cluster-own-cpu",
+        type=int,
+        choices=(0, 1),
+        help="spider-cluster: 1 gives each coordinator a CPU of its own, the cluster the rest (0)",
+    )
     parser.add_argument("--on", metavar="URL", help=argparse.SUPPRESS)  # one case's database
     parser.add_argument("--rows", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -87,6 +93,7 @@ SIZE_OPTIONS = (
     "partition_objects",
     "workers",
     "cluster_idle_secs",
+    "cluster_own_cpu",
 )
 """The size options (``--jobs`` …), each a field of ``Sizes``, passed on to each case's process."""
 LIST_OPTIONS = ("cluster_jobs", "cluster_slots")

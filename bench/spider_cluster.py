@@ -32,6 +32,10 @@ Figures, all from the database's clock:
 * **peak RSS** = the coordinator's ``VmHWM`` at the end of the run (start-up included), the
   largest over the sizes.
 
+With ``--cluster-own-cpu 1`` each coordinator runs on a CPU of its own and every other process
+(Spider, MariaDB, the bench) on the others (``own_cpu``), as when the coordinator runs on a host
+or in a container of its own; the rows say so.
+
 Each row's ratio is this coordinator's figure over Rust's; ``python -m bench --rounds N`` judges
 each goal on the median of N rounds.
 """
@@ -42,7 +46,7 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -160,7 +164,15 @@ def wait_drained(
         time.sleep(POLL_SECS)
 
 
-def measure(server: str, who: str, jobs: Sequence[JobSpec], slots: int, idle_secs: float) -> Run:
+def measure(
+    server: str,
+    who: str,
+    jobs: Sequence[JobSpec],
+    slots: int,
+    idle_secs: float,
+    *,
+    own_cpu: bool = False,
+) -> Run:
     """One run of ``who`` (``rust`` or ``ours``) on a fresh cluster; see the module docstring."""
     run = Run(who, len(jobs), slots)
     with (
@@ -171,6 +183,7 @@ def measure(server: str, who: str, jobs: Sequence[JobSpec], slots: int, idle_sec
         cluster.upgrade_schema(ours)
         process = start(cluster, who, ours, slots)
         engine = cluster.clp_engine()
+        undo_pinning = own_cpu_for(process.pid) if own_cpu else None
         try:
             time.sleep(SETTLE_SECS)
             if idle_secs > 0:
@@ -192,6 +205,8 @@ def measure(server: str, who: str, jobs: Sequence[JobSpec], slots: int, idle_sec
                     {"succeeded": int(JobStatus.SUCCEEDED)},
                 ).all()
         finally:
+            if undo_pinning is not None:
+                undo_pinning()
             stop(process)
             engine.dispose()
     commits = [
@@ -225,12 +240,42 @@ def spider_cluster(server: str | None, sizes: Sizes) -> list[Row]:
         for slots in sizes.cluster_slots:
             for who in ("rust", "ours"):
                 idle = sizes.cluster_idle_secs if first else 0.0
-                runs[who, count, slots] = measure(server, who, specs, slots, idle)
+                runs[who, count, slots] = measure(
+                    server, who, specs, slots, idle, own_cpu=bool(sizes.cluster_own_cpu)
+                )
             first = False
     return rows_of(runs, sizes)
 
 
+def own_cpu_for(pid: int) -> Callable[[], None]:
+    """Pin every thread of process ``pid`` to the machine's last CPU and every other thread of the
+    machine to the other CPUs (threads made later inherit their maker's); a function that puts
+    every thread touched back on the CPUs it had. Threads that cannot be pinned (kernel threads,
+    gone ones) are left as they are."""
+    cpus = sorted(os.sched_getaffinity(0))
+    own, others = {cpus[-1]}, set(cpus[:-1]) or {cpus[-1]}
+    before: dict[int, set[int]] = {}
+    for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
+        thread, process = int(task.name), int(task.parent.parent.name)
+        try:
+            had = os.sched_getaffinity(thread)
+            os.sched_setaffinity(thread, own if process == pid else others)
+        except OSError:
+            continue
+        before[thread] = had
+
+    def undo() -> None:
+        for thread, had in before.items():
+            try:
+                os.sched_setaffinity(thread, had)
+            except OSError:
+                continue
+
+    return undo
+
+
 def rows_of(runs: dict[tuple[str, int, int], Run], sizes: Sizes) -> list[Row]:
+    where = ", coordinator on a CPU of its own" if sizes.cluster_own_cpu else ""
     rows = []
     for count in sizes.cluster_jobs:
         for slots in sizes.cluster_slots:
@@ -239,7 +284,7 @@ def rows_of(runs: dict[tuple[str, int, int], Run], sizes: Sizes) -> list[Row]:
             note = "" if valid else f" (Succeeded: ours {ours.succeeded}, Rust {rust.succeeded})"
             rows.append(
                 Row.judged(
-                    f"Spider cluster: drain {count:,} jobs, {slots} slots",
+                    f"Spider cluster{where}: drain {count:,} jobs, {slots} slots",
                     f"{ours.drain_secs:.2f} s ({count / ours.drain_secs:.1f} jobs/s){note}",
                     f"Rust {rust.drain_secs:.2f} s ({count / rust.drain_secs:.1f} jobs/s)",
                     f"{ours.drain_secs / rust.drain_secs:.2f}x",
@@ -254,7 +299,7 @@ def rows_of(runs: dict[tuple[str, int, int], Run], sizes: Sizes) -> list[Row]:
                 mine, theirs = ours.latency(fraction), rust.latency(fraction)
                 rows.append(
                     Row.judged(
-                        f"Spider cluster: latency {name}, {count:,} jobs, {slots} slots",
+                        f"Spider cluster{where}: latency {name}, {count:,} jobs, {slots} slots",
                         f"{mine:.2f} s (creation → commit)",
                         f"Rust {theirs:.2f} s",
                         f"{mine / theirs:.2f}x",
@@ -271,7 +316,7 @@ def rows_of(runs: dict[tuple[str, int, int], Run], sizes: Sizes) -> list[Row]:
     valid = all(run.valid for run in runs.values())
     rows.append(
         Row.judged(
-            f"Spider cluster: coordinator CPU per job ({jobs:,} jobs over every size)",
+            f"Spider cluster{where}: coordinator CPU per job ({jobs:,} jobs over every size)",
             f"{ours_cpu:.2f} ms/job",
             f"Rust {rust_cpu:.2f} ms/job",
             f"{ours_cpu / rust_cpu:.2f}x",
@@ -284,7 +329,7 @@ def rows_of(runs: dict[tuple[str, int, int], Run], sizes: Sizes) -> list[Row]:
     rust_peak = max(run.peak_rss_mb for run in rust_runs)
     rows.append(
         Row.judged(
-            "Spider cluster: coordinator peak RSS (VmHWM, largest over the sizes)",
+            f"Spider cluster{where}: coordinator peak RSS (VmHWM, largest over the sizes)",
             f"{ours_peak:.0f} MB",
             f"Rust {rust_peak:.0f} MB",
             f"{ours_peak / rust_peak:.2f}x",

@@ -7,6 +7,8 @@ prints one row saying it was skipped and why.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.conftest import mariadb_server_url
@@ -61,3 +63,27 @@ def test_without_an_idle_window_the_idle_row_is_left_out() -> None:
         (row,) = [line for line in lines if line.startswith(f"| {name}")]
         assert row.split(" | ")[2].startswith("Rust "), row
     assert not [line for line in lines if "idle CPU" in line], stdout
+
+
+@pytest.mark.mariadb
+@pytest.mark.slow
+def test_with_a_cpu_of_its_own_the_rows_say_so_and_every_thread_gets_its_cpus_back() -> None:
+    """``--cluster-own-cpu 1``: the drain rows name the placement, and afterwards this process's
+    threads (pinned to the other CPUs during the runs) are on every CPU they had again."""
+    server = mariadb_server_url()
+    require_cluster()
+    before = os.sched_getaffinity(0)
+    stdout = bench(
+        "--smoke",
+        "--database",
+        server,
+        "--cluster-idle-secs",
+        "0",
+        "--cluster-own-cpu",
+        "1",
+        timeout=300,
+    )
+    name = "Spider cluster, coordinator on a CPU of its own: drain 20 jobs, 4 slots"
+    (row,) = [line for line in stdout.splitlines() if line.startswith(f"| {name}")]
+    assert row.split(" | ")[2].startswith("Rust "), row
+    assert os.sched_getaffinity(0) == before
