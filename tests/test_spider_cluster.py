@@ -26,7 +26,6 @@ import pytest
 from bench.cluster import PREFIX, JobSpec, job_blob, varied_jobs
 from coordinator.lifecycle.status import JobStatus
 from coordinator.spider.grpc.client import GrpcSpider
-from coordinator.spider.port import JobState
 from coordinator.store.datasets import ensure_dataset_tables
 from tests.spider_cluster import ClusterRun, JobRow
 
@@ -299,8 +298,9 @@ def test_execution_manager_restarted_under_load(spider_cluster: ClusterRun) -> N
     # A task the stopped execution manager had already taken may stay with it: Spider gives it to
     # the new one only once its storage declares the old one stale (cluster.sh's storage.yaml:
     # ``execution_manager_stale_cutoff_sec`` 60 s, checked every ``gc_interval_sec`` 30 s), and
-    # in some runs not within minutes. Every other job ends SUCCEEDED; such a job stays RUNNING,
-    # as Spider reports it, and is never failed by the coordinator.
+    # in some runs not within minutes. Every other job ends SUCCEEDED; such a job stays RUNNING
+    # while Spider has not ended it (its compress task held: RUNNING; its commit task held:
+    # COMMIT_READY), and is never failed by the coordinator.
     with GrpcSpider("127.0.0.1", run.cluster.storage_port) as spider:
 
         def settled() -> bool:
@@ -310,12 +310,12 @@ def test_execution_manager_restarted_under_load(spider_cluster: ClusterRun) -> N
                 or (
                     row.status == JobStatus.RUNNING
                     and row.spider_id is not None
-                    and spider.get_job_state(row.spider_id) is JobState.RUNNING
+                    and not spider.get_job_state(row.spider_id).is_terminal
                 )
                 for row in rows
             )
 
-        run.wait_until(settled, "every job SUCCEEDED or still Running in Spider", ids=ids)
+        run.wait_until(settled, "every job SUCCEEDED or not yet ended by Spider", ids=ids)
     rows = run.job_rows(ids)
     # At most the in-flight jobs (max_concurrent_jobs: 4) can be held by the stopped manager.
     assert sum(row.status == JobStatus.SUCCEEDED for row in rows.values()) >= len(ids) - 4
