@@ -91,30 +91,15 @@ _scanner_state = Table(
 )
 
 
-def fetch_objects(
-    connection: Connection, sorted_ids: Sequence[int], ingestion_job_id: int
-) -> list[S3ObjectRow]:
-    """The rows of ``sorted_ids`` that belong to ``ingestion_job_id``, ascending by id.
-
-    Fetched ``FETCH_BATCH_SIZE`` ids at a time, as CLP does; an id of another ingestion job is
-    simply absent (the caller reports it missing). Raises the driver's errors.
-    """
-    rows: list[S3ObjectRow] = []
-    for start in range(0, len(sorted_ids), FETCH_BATCH_SIZE):
-        batch = list(sorted_ids[start : start + FETCH_BATCH_SIZE])
-        result = connection.execute(_FETCH_OBJECTS, {"ids": batch, "job": ingestion_job_id})
-        rows += [S3ObjectRow(row.id, row.bucket, row.key, row.size) for row in result]
-    return rows
-
-
 def fetch_objects_of_jobs(
     connection: Connection, wanted: Mapping[int, Sequence[int]]
 ) -> dict[int, list[S3ObjectRow]]:
-    """``fetch_objects`` of each ingestion job of ``wanted`` (its id → the object ids wanted of
-    it), together: ``FETCH_BATCH_SIZE`` ids a query whatever the jobs they belong to, so a batch
-    of small jobs, each with an ingestion job of its own (log-ingestor's), costs one query, not
-    one per job. Each job's rows ascending by id; an id of another ingestion job is absent, as in
-    ``fetch_objects``. Raises the driver's errors."""
+    """The object rows of each ingestion job of ``wanted`` (its id → the object ids wanted of
+    it), as CLP's Rust coordinator reads one job's (``job_handle.rs``: its own rows ascending by
+    id, an id of another ingestion job absent, the caller reporting it missing), for every job
+    together: ``FETCH_BATCH_SIZE`` ids a query whatever the jobs they belong to, so a batch of
+    small jobs, each with an ingestion job of its own (log-ingestor's), costs one query, not one
+    per job. Raises the driver's errors."""
     pairs = sorted((object_id, job) for job, ids in wanted.items() for object_id in ids)
     found: dict[int, list[S3ObjectRow]] = {job: [] for job in wanted}
     for start in range(0, len(pairs), FETCH_BATCH_SIZE):
@@ -150,17 +135,6 @@ _FETCH_OBJECTS_OF_JOBS = (
     .order_by(_objects.c.id)
 )
 """Built once (``fetch_objects_of_jobs``, every batch of submissions)."""
-
-_FETCH_OBJECTS = (
-    select(_objects.c.id, _objects.c.bucket, _objects.c.key, _objects.c.size)
-    .where(
-        _objects.c.id.in_(bindparam("ids", expanding=True)),
-        _objects.c.ingestion_job_id == bindparam("job"),
-    )
-    .order_by(_objects.c.id)
-)
-"""Built once (``fetch_objects``, every submission): SQLAlchemy reuses its cache key and compiled
-form; the ``IN`` list is expanded at each execution."""
 
 
 @dataclass(frozen=True)
