@@ -103,8 +103,7 @@ class LeaseKeeper:
         looks_for_take_overs = self.loop.monotonic() >= self._next_take_over
         if not pending_skip and self._nothing_to_claim(looks_for_take_overs, owner, now):
             if looks_for_take_overs:
-                interval = self.lease_duration.total_seconds() / TAKE_OVER_SCANS_PER_LEASE
-                self._next_take_over = self.loop.monotonic() + interval
+                self._schedule_next_take_over_look()
             self.filled_capacity = False
             return 0
         with self.loop.engine.begin() as connection:
@@ -130,8 +129,7 @@ class LeaseKeeper:
                 skip=pending_skip,
             )
         if looks_for_take_overs:  # once the claims committed: a failed look is made again
-            interval = self.lease_duration.total_seconds() / TAKE_OVER_SCANS_PER_LEASE
-            self._next_take_over = self.loop.monotonic() + interval
+            self._schedule_next_take_over_look()
         recorded = sum(lease.spider_id is not None for lease in pending)
         metrics.CLAIMS.labels("taken_over").inc(len(taken))
         metrics.CLAIMS.labels("recorded").inc(recorded)
@@ -155,6 +153,10 @@ class LeaseKeeper:
         total = len(taken) + len(pending)
         self.filled_capacity = total >= capacity
         return total
+
+    def _schedule_next_take_over_look(self) -> None:
+        interval = self.lease_duration.total_seconds() / TAKE_OVER_SCANS_PER_LEASE
+        self._next_take_over = self.loop.monotonic() + interval
 
     def _nothing_to_claim(self, looks_for_take_overs: bool, owner: str, now: datetime) -> bool:
         """Whether one cheap read shows that the claim's transaction would take nothing; for a

@@ -222,7 +222,7 @@ class OutcomeHandler:
             if not of_job.records and not of_job.unattributed
         }
         for job in jobs:
-            if job.job_id not in idle or job.settled is not None:
+            if job.job_id not in idle:  # only unsettled jobs were read
                 self.clean_up(job)
 
     def clean_up(self, job: DrivenJob) -> None:
