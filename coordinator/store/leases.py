@@ -374,19 +374,29 @@ def cancel_requests(engine: Engine, job_ids: Collection[int]) -> set[int]:
     range (``DENSE_IDS_SPAN``) is then read by primary key, at most that many rows whatever the
     backlog, instead of one lookup per id sent in a list (the loop reads every job it drives
     each ``job_polling_interval_millisecs``: with 1,000 in flight on MariaDB the list took
-    1.5-2.3 ms a read and grew with the table, the range 0.3-0.4 ms; issue 14, P3). Requests of
-    other jobs in the range are left out.
+    1.5-2.3 ms a read and grew with the table, the range 0.3-0.4 ms: docs/performance.md, P3).
+    Requests of other jobs in the range are left out.
     """
     if not job_ids:
         return set()
-    first, last = min(job_ids), max(job_ids)
+    dense = dense_range(job_ids)
     with reading(engine) as connection:
-        if last - first < DENSE_IDS_SPAN * len(job_ids):
+        if dense is not None:
             asked = set(job_ids)
-            rows = connection.execute(CANCEL_REQUESTED_BETWEEN, {"w_first": first, "w_last": last})
+            rows = connection.execute(CANCEL_REQUESTED_BETWEEN, dense)
             return {row.id for row in rows if row.id in asked}
         rows = connection.execute(_CANCEL_REQUESTED, {"w_ids": list(job_ids)})
         return {row.id for row in rows}
+
+
+def dense_range(job_ids: Collection[int]) -> dict[str, int] | None:
+    """``CANCEL_REQUESTED_BETWEEN``'s parameters for non-empty ``job_ids`` when their range is
+    at most ``DENSE_IDS_SPAN`` times as long as their number (``cancel_requests``), else
+    ``None``."""
+    first, last = min(job_ids), max(job_ids)
+    if last - first >= DENSE_IDS_SPAN * len(job_ids):
+        return None
+    return {"w_first": first, "w_last": last}
 
 
 def still_pending(engine: Engine, job_ids: Collection[int]) -> set[int]:

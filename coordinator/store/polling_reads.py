@@ -21,9 +21,9 @@ from coordinator.store.expressions import in_constants
 from coordinator.store.kept_connection import KeptConnection
 from coordinator.store.leases import (
     CANCEL_REQUESTED_BETWEEN,
-    DENSE_IDS_SPAN,
     cancel_requests,
     claimable_lease,
+    dense_range,
 )
 from coordinator.store.schema import compression_jobs as _jobs
 
@@ -75,13 +75,11 @@ class PollingReads:
         enough to be read as a range are read on the kept connection. Raises ``DBAPIError``."""
         if not job_ids:
             return set()
-        first, last = min(job_ids), max(job_ids)
-        if last - first >= DENSE_IDS_SPAN * len(job_ids):
+        dense = dense_range(job_ids)
+        if dense is None:
             return cancel_requests(self.engine, job_ids)
         asked = set(job_ids)
-        rows = self._connection.rows(
-            self._cancel_requested_between, {"w_first": first, "w_last": last}
-        )
+        rows = self._connection.rows(self._cancel_requested_between, dense)
         return {row[0] for row in rows if row[0] in asked}
 
     def close(self) -> None:
