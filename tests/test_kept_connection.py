@@ -3,7 +3,6 @@ pooled checkout, and a dropped connection seen as an outage and replaced."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import closing
 from datetime import datetime
@@ -21,6 +20,7 @@ from coordinator.store.jobs import JobStore
 from coordinator.store.kept_connection import KeptConnection
 from coordinator.store.schema import compression_jobs as _jobs
 from coordinator.store.schema import coordinator_instances as _instances
+from tests.timing import wait_until
 
 _PENDING = select(_jobs.c.id).where(_jobs.c.status == int(JobStatus.PENDING)).limit(1)
 _LEASE = (
@@ -117,10 +117,9 @@ def test_close_closes_the_kept_connection(store: JobStore) -> None:
     assert _sessions(store.engine) == sessions_before + (1 if is_mysql(store.engine) else 0)
     kept.close()
     assert kept._connection is None
-    deadline = time.monotonic() + 10
-    while _sessions(store.engine) != sessions_before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _sessions(store.engine) == sessions_before
+    wait_until(
+        lambda: _sessions(store.engine) == sessions_before, 10, what="the kept session closed"
+    )
     assert not kept.finds(pending, {})
     kept.close()
 
