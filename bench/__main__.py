@@ -18,9 +18,10 @@ SIGKILL of a running ``coordinator run`` and the time its restart takes to re-at
 flight; ``p5`` partitioning (``bench.partition``'s workloads); ``startup`` ``run --until-idle`` with
 nothing to do; ``spider-cluster`` this coordinator against CLP's Rust coordinator on a real Spider
 cluster (``bench.spider_cluster``; only with ``--database``, ``--cluster-jobs``/``--cluster-slots``
-/``--cluster-idle-secs`` its sizes). Each case runs in a process of its own (clean metrics and
-peak RSS) with its own temporary data directory and database; ``--database`` runs ``p1``,
-``p1b``, ``p3`` and ``p4`` again on a fresh database of that MariaDB server.
+/``--cluster-idle-secs`` its sizes, ``--cluster-own-cpu`` its placement). Each case runs in a
+process of its own (clean metrics and peak RSS) with its own temporary data directory and
+database; ``--database`` runs ``p1``, ``p1b``, ``p3`` and ``p4`` again on a fresh database of that
+MariaDB server.
 """
 
 from __future__ import annotations

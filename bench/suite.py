@@ -87,7 +87,7 @@ class Sizes:
     """spider-cluster: the idle window (CPU and RSS with nothing to do)."""
     cluster_own_cpu: int = 0
     """spider-cluster: 1 runs each coordinator on a CPU of its own, every other process (Spider,
-    MariaDB) on the others (``spider_cluster.own_cpu``), as when they run on separate hosts."""
+    MariaDB) on the others (``spider_cluster.own_cpu_for``), as when they run on separate hosts."""
 
     @classmethod
     def smoke(cls) -> Sizes:
